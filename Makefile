@@ -1,0 +1,18 @@
+EXTENSION = frameq
+EXTVERSION = $(shell grep default_version $(EXTENSION).control | sed -e "s/default_version[[:space:]]*=[[:space:]]*'\([^']*\)'/\1/")
+
+MODULE_big = frameq
+OBJS = \
+	src/frameq.o \
+	src/guc.o \
+	src/ledger.o \
+	src/lease.o \
+	src/booking.o \
+	src/release.o \
+	src/util.o
+
+DATA = $(wildcard sql/$(EXTENSION)--*.sql)
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)

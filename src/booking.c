@@ -1,0 +1,708 @@
+/*-------------------------------------------------------------------------
+ *
+ * booking.c
+ *	  reserve(): book waiting frames onto a host, atomically.
+ *
+ * One call books as many frames as fit the host, up to max_frames, in the
+ * caller's transaction:
+ *
+ *	1. check the host's token; take the host's advisory lock without
+ *	   waiting (another session already booking this host means there is
+ *	   nothing for us to do); check its epoch and that its lease is current;
+ *	2. walk the candidates in policy order (contract section 4): shows of
+ *	   the host's allocation by usage/size ascending; within a show, active
+ *	   jobs by priority then age; within a job, layers the host can run by
+ *	   dispatch order; within a layer, waiting frames by number, taken with
+ *	   FOR UPDATE SKIP LOCKED so concurrent hosts never wait on each other;
+ *	3. for each frame: check-and-charge every cap in the ledger (nothing
+ *	   is charged unless all fit), move the frame waiting -> running fenced
+ *	   on its version, insert the proc.  The proc's insert trigger takes
+ *	   the host's capacity and opens the run record; it adopts the charge
+ *	   made here instead of charging again.
+ *
+ * Cost grows with the number of candidate jobs and layers examined, never
+ * with the number of waiting frames: each layer is probed through the
+ * partial index frame_waiting, and the job walk stops once the host is full
+ * or frameq.max_jobs_examined jobs have been looked at.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/tuplestore.h"
+
+#include "frameq.h"
+
+/* the proc whose ledger charge reserve() took; the insert trigger adopts it */
+int64		frameq_precharged_proc = 0;
+
+#define MAX_LAYER_LIMITS 12		/* plus subscription, folder, job: 15 items */
+#define JOB_BATCH 32
+
+typedef struct ShowCandidate
+{
+	int32		show;
+	int32		burst_cc;
+	double		ratio;
+} ShowCandidate;
+
+typedef struct JobCandidate
+{
+	int64		id;
+	bool		has_folder;
+	int32		folder;
+	int32		job_cap_cc;
+	int32		job_cap_gpus;
+	int32		folder_cap_cc;
+	int32		folder_cap_gpus;
+	char	   *name;
+} JobCandidate;
+
+typedef struct LayerCandidate
+{
+	int64		id;
+	char	   *name;
+	int32		min_cc;
+	int32		max_cc;
+	bool		threadable;
+	int64		memory;
+	int32		gpus;
+	int64		gpu_memory;
+	char	   *command;
+	Datum		env;
+	int			nlimits;
+	int32		limit_ids[MAX_LAYER_LIMITS];
+	int32		limit_caps[MAX_LAYER_LIMITS];
+} LayerCandidate;
+
+/* what skipping a failed charge means for the walk */
+typedef enum BookResult
+{
+	BOOKED,
+	SKIP_FRAME,
+	SKIP_LAYER,
+	SKIP_JOB,
+	SKIP_SHOW
+} BookResult;
+
+typedef struct ReserveState
+{
+	FrameqHost	host;
+	int64		epoch;
+	int			max_frames;
+	int			booked;
+	ReturnSetInfo *rsinfo;
+} ReserveState;
+
+static int
+compare_shows(const void *a, const void *b)
+{
+	const ShowCandidate *x = a;
+	const ShowCandidate *y = b;
+
+	if (x->ratio != y->ratio)
+		return x->ratio < y->ratio ? -1 : 1;
+	return x->show - y->show;
+}
+
+static bool
+host_has_room(const ReserveState *st)
+{
+	return st->booked < st->max_frames && st->host.idle_cc > 0;
+}
+
+static bool
+layer_fits(const ReserveState *st, const LayerCandidate *layer)
+{
+	return layer->min_cc <= st->host.idle_cc &&
+		layer->memory <= st->host.idle_memory &&
+		layer->gpus <= st->host.idle_gpus &&
+		layer->gpu_memory <= st->host.idle_gpu_memory;
+}
+
+/* replace #FRAME#, #ZFRAME#, #JOB# and #LAYER# in a command template */
+static char *
+expand_command(const char *tmpl, int32 number, const char *job, const char *layer)
+{
+	StringInfoData buf;
+	const char *p = tmpl;
+
+	initStringInfo(&buf);
+	while (*p)
+	{
+		if (*p == '#')
+		{
+			if (strncmp(p, "#FRAME#", 7) == 0)
+			{
+				appendStringInfo(&buf, "%d", number);
+				p += 7;
+				continue;
+			}
+			if (strncmp(p, "#ZFRAME#", 8) == 0)
+			{
+				appendStringInfo(&buf, "%04d", number);
+				p += 8;
+				continue;
+			}
+			if (strncmp(p, "#JOB#", 5) == 0)
+			{
+				appendStringInfoString(&buf, job);
+				p += 5;
+				continue;
+			}
+			if (strncmp(p, "#LAYER#", 7) == 0)
+			{
+				appendStringInfoString(&buf, layer);
+				p += 7;
+				continue;
+			}
+		}
+		appendStringInfoChar(&buf, *p++);
+	}
+	return buf.data;
+}
+
+static int
+load_shows(const ReserveState *st, ShowCandidate **out)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[1];
+	int			ret;
+	int			n;
+	ShowCandidate *shows;
+
+	if (plan == NULL)
+	{
+		Oid			types[1] = {INT4OID};
+
+		plan = frameq_prepare("SELECT show, size_cc, burst_cc FROM frameq.subscription"
+							  " WHERE allocation = $1",
+							  1, types);
+	}
+	args[0] = Int32GetDatum(st->host.allocation);
+	ret = SPI_execute_plan(plan, args, NULL, true, 0);
+	if (ret != SPI_OK_SELECT)
+		elog(ERROR, "frameq: subscription lookup failed: %s", SPI_result_code_string(ret));
+
+	n = (int) SPI_processed;
+	shows = palloc(sizeof(ShowCandidate) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		int32		size_cc;
+		int32		used_cc,
+					used_gpus,
+					running;
+
+		shows[i].show = frameq_get_int32(tup, desc, 1, NULL);
+		size_cc = frameq_get_int32(tup, desc, 2, NULL);
+		shows[i].burst_cc = frameq_get_int32(tup, desc, 3, NULL);
+		frameq_ledger_read(LEDGER_SUBSCRIPTION, shows[i].show, st->host.allocation,
+						   &used_cc, &used_gpus, &running);
+		/* a show with no entitlement comes after every entitled one */
+		if (size_cc > 0)
+			shows[i].ratio = (double) used_cc / size_cc;
+		else
+			shows[i].ratio = 1e12 + used_cc;
+		if (used_cc >= shows[i].burst_cc)
+			shows[i].ratio = -1;	/* marker: at its burst, skip */
+	}
+	qsort(shows, n, sizeof(ShowCandidate), compare_shows);
+	*out = shows;
+	return n;
+}
+
+static int
+load_layers(const ReserveState *st, int64 job, LayerCandidate **out)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[2];
+	int			ret;
+	int			n;
+	LayerCandidate *layers;
+
+	if (plan == NULL)
+	{
+		Oid			types[2] = {INT8OID, TEXTARRAYOID};
+
+		plan = frameq_prepare("SELECT l.id, l.name, l.min_cc, l.max_cc, l.threadable, l.memory,"
+							  "       l.gpus, l.gpu_memory, l.command, l.env,"
+							  "       ARRAY(SELECT ll.limit_id FROM frameq.layer_limit ll"
+							  "              WHERE ll.layer = l.id ORDER BY ll.limit_id),"
+							  "       ARRAY(SELECT lim.max_running FROM frameq.layer_limit ll"
+							  "               JOIN frameq.limits lim ON lim.id = ll.limit_id"
+							  "              WHERE ll.layer = l.id ORDER BY ll.limit_id)"
+							  "  FROM frameq.layer l"
+							  " WHERE l.job = $1"
+							  "   AND (cardinality(l.tags) = 0 OR l.tags && $2)"
+							  " ORDER BY l.dispatch_order, l.id",
+							  2, types);
+	}
+	args[0] = Int64GetDatum(job);
+	args[1] = st->host.tags;
+	ret = SPI_execute_plan(plan, args, NULL, true, 0);
+	if (ret != SPI_OK_SELECT)
+		elog(ERROR, "frameq: layer lookup failed: %s", SPI_result_code_string(ret));
+
+	n = (int) SPI_processed;
+	layers = palloc0(sizeof(LayerCandidate) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		LayerCandidate *l = &layers[i];
+		bool		isnull;
+		Datum		ids;
+		Datum		caps;
+		Datum	   *elems;
+		int			nelems;
+
+		l->id = frameq_get_int64(tup, desc, 1, NULL);
+		l->name = SPI_getvalue(tup, desc, 2);
+		l->min_cc = frameq_get_int32(tup, desc, 3, NULL);
+		l->max_cc = frameq_get_int32(tup, desc, 4, NULL);
+		l->threadable = frameq_get_bool(tup, desc, 5, NULL);
+		l->memory = frameq_get_int64(tup, desc, 6, NULL);
+		l->gpus = frameq_get_int32(tup, desc, 7, NULL);
+		l->gpu_memory = frameq_get_int64(tup, desc, 8, NULL);
+		l->command = SPI_getvalue(tup, desc, 9);
+		l->env = SPI_datumTransfer(SPI_getbinval(tup, desc, 10, &isnull), false, -1);
+
+		ids = SPI_getbinval(tup, desc, 11, &isnull);
+		caps = SPI_getbinval(tup, desc, 12, &isnull);
+		deconstruct_array(DatumGetArrayTypeP(ids), INT4OID, 4, true, TYPALIGN_INT,
+						  &elems, NULL, &nelems);
+		if (nelems > MAX_LAYER_LIMITS)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("layer %lld has more than %d limits", (long long) l->id,
+							MAX_LAYER_LIMITS)));
+		l->nlimits = nelems;
+		for (int k = 0; k < nelems; k++)
+			l->limit_ids[k] = DatumGetInt32(elems[k]);
+		deconstruct_array(DatumGetArrayTypeP(caps), INT4OID, 4, true, TYPALIGN_INT,
+						  &elems, NULL, &nelems);
+		for (int k = 0; k < nelems && k < l->nlimits; k++)
+			l->limit_caps[k] = DatumGetInt32(elems[k]);
+	}
+	*out = layers;
+	return n;
+}
+
+/* the proc's ledger items, in a fixed order: subscription, folder, job, limits */
+static int
+booking_items(LedgerItem *items, const ReserveState *st, const ShowCandidate *show,
+			  const JobCandidate *job, const LayerCandidate *layer)
+{
+	int			n = 0;
+
+	items[n++] = (LedgerItem)
+	{
+		LEDGER_SUBSCRIPTION, show->show, st->host.allocation,
+			show->burst_cc, LEDGER_NO_CAP, LEDGER_NO_CAP
+	};
+	if (job->has_folder)
+		items[n++] = (LedgerItem)
+	{
+		LEDGER_FOLDER, job->folder, 0,
+			job->folder_cap_cc, job->folder_cap_gpus, LEDGER_NO_CAP
+	};
+	items[n++] = (LedgerItem)
+	{
+		LEDGER_JOB, job->id, 0, job->job_cap_cc, job->job_cap_gpus, LEDGER_NO_CAP
+	};
+	for (int k = 0; k < layer->nlimits; k++)
+		items[n++] = (LedgerItem)
+	{
+		LEDGER_LIMIT, layer->limit_ids[k], 0,
+			LEDGER_NO_CAP, LEDGER_NO_CAP, layer->limit_caps[k]
+	};
+	return n;
+}
+
+static BookResult
+skip_for(LedgerKind kind)
+{
+	switch (kind)
+	{
+		case LEDGER_SUBSCRIPTION:
+			return SKIP_SHOW;
+		case LEDGER_FOLDER:
+		case LEDGER_JOB:
+			return SKIP_JOB;
+		case LEDGER_LIMIT:
+			return SKIP_LAYER;
+	}
+	return SKIP_FRAME;
+}
+
+/* book one locked waiting frame; see the file header for the steps */
+static BookResult
+book_frame(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
+		   const LayerCandidate *layer, int64 frame, int32 number, int64 version)
+{
+	static SPIPlanPtr start_plan = NULL;
+	static SPIPlanPtr insert_plan = NULL;
+	LedgerItem	items[16];
+	int			nitems;
+	int32		cores;
+	int			failed;
+	int64		proc;
+	int			ret;
+	Datum		args[14];
+	char		nulls[14];
+	Datum		values[11];
+	bool		vnulls[11] = {0};
+
+	if (start_plan == NULL)
+	{
+		Oid			types[2] = {INT8OID, INT8OID};
+
+		start_plan = frameq_prepare("UPDATE frameq.frame"
+									"   SET state = 'running', version = version + 1,"
+									"       attempts = attempts + 1"
+									" WHERE id = $1 AND version = $2 AND state = 'waiting'",
+									2, types);
+	}
+	if (insert_plan == NULL)
+	{
+		Oid			types[14] = {INT8OID, INT8OID, INT4OID, INT8OID, INT8OID, INT8OID,
+		INT4OID, INT4OID, INT4OID, INT4ARRAYOID, INT4OID, INT8OID, INT4OID, INT8OID};
+
+		insert_plan = frameq_prepare("INSERT INTO frameq.proc"
+									 " (id, frame, host, epoch, job, layer, show, folder,"
+									 "  allocation, limits, cores_cc, memory, gpus, gpu_memory)"
+									 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,"
+									 "         $11, $12, $13, $14)"
+									 " ON CONFLICT (frame) DO NOTHING",
+									 14, types);
+	}
+
+	if (!layer_fits(st, layer))
+		return SKIP_LAYER;
+
+	/* a threadable layer takes what is free, up to its cores_max */
+	cores = layer->threadable ? Min(layer->max_cc, st->host.idle_cc) : layer->min_cc;
+
+	nitems = booking_items(items, st, show, job, layer);
+	failed = frameq_ledger_try_charge(items, nitems, cores, layer->gpus);
+	if (failed >= 0 && cores > layer->min_cc)
+	{
+		cores = layer->min_cc;
+		failed = frameq_ledger_try_charge(items, nitems, cores, layer->gpus);
+	}
+	if (failed >= 0)
+		return skip_for(items[failed].kind);
+
+	args[0] = Int64GetDatum(frame);
+	args[1] = Int64GetDatum(version);
+	ret = SPI_execute_plan(start_plan, args, NULL, false, 0);
+	if (ret != SPI_OK_UPDATE)
+		elog(ERROR, "frameq: frame start failed: %s", SPI_result_code_string(ret));
+	if (SPI_processed != 1)
+	{
+		/* the frame changed since we read it: someone else has it */
+		frameq_ledger_uncharge(items, nitems, cores, layer->gpus);
+		return SKIP_FRAME;
+	}
+
+	proc = frameq_random_id();
+	memset(nulls, ' ', sizeof(nulls));
+	args[0] = Int64GetDatum(proc);
+	args[1] = Int64GetDatum(frame);
+	args[2] = Int32GetDatum(st->host.id);
+	args[3] = Int64GetDatum(st->epoch);
+	args[4] = Int64GetDatum(job->id);
+	args[5] = Int64GetDatum(layer->id);
+	args[6] = Int32GetDatum(show->show);
+	args[7] = Int32GetDatum(job->folder);
+	if (!job->has_folder)
+		nulls[7] = 'n';
+	args[8] = Int32GetDatum(st->host.allocation);
+	{
+		Datum		ids[MAX_LAYER_LIMITS];
+
+		for (int k = 0; k < layer->nlimits; k++)
+			ids[k] = Int32GetDatum(layer->limit_ids[k]);
+		args[9] = PointerGetDatum(construct_array(ids, layer->nlimits, INT4OID, 4,
+												  true, TYPALIGN_INT));
+	}
+	args[10] = Int32GetDatum(cores);
+	args[11] = Int64GetDatum(layer->memory);
+	args[12] = Int32GetDatum(layer->gpus);
+	args[13] = Int64GetDatum(layer->gpu_memory);
+
+	frameq_precharged_proc = proc;
+	ret = SPI_execute_plan(insert_plan, args, nulls, false, 0);
+	if (ret != SPI_OK_INSERT)
+		elog(ERROR, "frameq: proc insert failed: %s", SPI_result_code_string(ret));
+	if (SPI_processed != 1)
+	{
+		/*
+		 * The frame already has a proc, so someone else booked it: it is
+		 * rightly running, and our charge and attempt were not used.
+		 */
+		static SPIPlanPtr undo_plan = NULL;
+
+		frameq_precharged_proc = 0;
+		frameq_ledger_uncharge(items, nitems, cores, layer->gpus);
+		if (undo_plan == NULL)
+		{
+			Oid			types[1] = {INT8OID};
+
+			undo_plan = frameq_prepare("UPDATE frameq.frame SET attempts = attempts - 1"
+									   " WHERE id = $1 AND attempts > 0",
+									   1, types);
+		}
+		args[0] = Int64GetDatum(frame);
+		if (SPI_execute_plan(undo_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "frameq: frame attempt undo failed");
+		return SKIP_FRAME;
+	}
+	if (frameq_precharged_proc != 0)
+		elog(ERROR, "frameq: the proc insert trigger did not take the booking's charge");
+
+	st->host.idle_cc -= cores;
+	st->host.idle_memory -= layer->memory;
+	st->host.idle_gpus -= layer->gpus;
+	st->host.idle_gpu_memory -= layer->gpu_memory;
+	st->booked++;
+
+	values[0] = Int64GetDatum(proc);
+	values[1] = Int64GetDatum(frame);
+	values[2] = Int64GetDatum(job->id);
+	values[3] = Int64GetDatum(layer->id);
+	values[4] = Int32GetDatum(number);
+	values[5] = CStringGetTextDatum(expand_command(layer->command, number,
+												   job->name, layer->name));
+	values[6] = frameq_numeric_from_cc(cores);
+	values[7] = Int64GetDatum(layer->memory);
+	values[8] = Int32GetDatum(layer->gpus);
+	values[9] = Int64GetDatum(layer->gpu_memory);
+	values[10] = layer->env;
+	tuplestore_putvalues(st->rsinfo->setResult, st->rsinfo->setDesc, values, vnulls);
+	return BOOKED;
+}
+
+/* book from one layer while it has waiting frames and the host has room */
+static BookResult
+book_layer(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
+		   const LayerCandidate *layer)
+{
+	static SPIPlanPtr plan = NULL;
+
+	if (plan == NULL)
+	{
+		Oid			types[2] = {INT8OID, INT4OID};
+
+		plan = frameq_prepare("SELECT id, number, version FROM frameq.frame"
+							  " WHERE layer = $1 AND state = 'waiting'"
+							  " ORDER BY number LIMIT $2"
+							  " FOR UPDATE SKIP LOCKED",
+							  2, types);
+	}
+
+	while (host_has_room(st) && layer_fits(st, layer))
+	{
+		int			want = st->max_frames - st->booked;
+		Datum		args[2];
+		int			ret;
+		int			n;
+		int64	   *frames;
+		int32	   *numbers;
+		int64	   *versions;
+		bool		booked_any = false;
+
+		/* no more frames than the free cores could take */
+		want = Min(want, st->host.idle_cc / layer->min_cc);
+		if (want <= 0)
+			break;
+
+		args[0] = Int64GetDatum(layer->id);
+		args[1] = Int32GetDatum(want);
+		ret = SPI_execute_plan(plan, args, NULL, false, 0);
+		if (ret != SPI_OK_SELECT)
+			elog(ERROR, "frameq: frame probe failed: %s", SPI_result_code_string(ret));
+		n = (int) SPI_processed;
+		if (n == 0)
+			break;
+		frames = palloc(sizeof(int64) * n);
+		numbers = palloc(sizeof(int32) * n);
+		versions = palloc(sizeof(int64) * n);
+		for (int i = 0; i < n; i++)
+		{
+			frames[i] = frameq_get_int64(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, NULL);
+			numbers[i] = frameq_get_int32(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, NULL);
+			versions[i] = frameq_get_int64(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, NULL);
+		}
+		for (int i = 0; i < n; i++)
+		{
+			BookResult	r;
+
+			if (!host_has_room(st))
+				return SKIP_FRAME;
+			r = book_frame(st, show, job, layer, frames[i], numbers[i], versions[i]);
+			if (r == BOOKED)
+				booked_any = true;
+			else if (r != SKIP_FRAME)
+				return r;
+		}
+		if (!booked_any)
+			break;
+	}
+	return SKIP_FRAME;
+}
+
+/* walk one show's active jobs in priority order */
+static BookResult
+book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left)
+{
+	static SPIPlanPtr plan = NULL;
+	Portal		portal;
+	Datum		args[1];
+	BookResult	result = SKIP_FRAME;
+
+	if (plan == NULL)
+	{
+		Oid			types[1] = {INT4OID};
+
+		plan = frameq_prepare("SELECT j.id, j.folder, coalesce(j.max_cc, -1),"
+							  "       coalesce(j.max_gpus, -1), coalesce(f.max_cc, -1),"
+							  "       coalesce(f.max_gpus, -1), j.name"
+							  "  FROM frameq.job j LEFT JOIN frameq.folder f ON f.id = j.folder"
+							  " WHERE j.show = $1 AND j.state = 'active'"
+							  " ORDER BY j.priority DESC, j.id",
+							  1, types);
+	}
+	args[0] = Int32GetDatum(show->show);
+	portal = SPI_cursor_open(NULL, plan, args, NULL, true);
+
+	while (host_has_room(st) && *jobs_left > 0 && result != SKIP_SHOW)
+	{
+		JobCandidate jobs[JOB_BATCH];
+		int			njobs;
+
+		SPI_cursor_fetch(portal, true, Min(JOB_BATCH, *jobs_left));
+		njobs = (int) SPI_processed;
+		if (njobs == 0)
+			break;
+		for (int i = 0; i < njobs; i++)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[i];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			bool		isnull;
+
+			jobs[i].id = frameq_get_int64(tup, desc, 1, NULL);
+			jobs[i].folder = frameq_get_int32(tup, desc, 2, &isnull);
+			jobs[i].has_folder = !isnull;
+			jobs[i].job_cap_cc = frameq_get_int32(tup, desc, 3, NULL);
+			jobs[i].job_cap_gpus = frameq_get_int32(tup, desc, 4, NULL);
+			jobs[i].folder_cap_cc = frameq_get_int32(tup, desc, 5, NULL);
+			jobs[i].folder_cap_gpus = frameq_get_int32(tup, desc, 6, NULL);
+			jobs[i].name = SPI_getvalue(tup, desc, 7);
+		}
+		SPI_freetuptable(SPI_tuptable);
+
+		for (int i = 0; i < njobs && host_has_room(st); i++)
+		{
+			LayerCandidate *layers;
+			int			nlayers;
+
+			(*jobs_left)--;
+			nlayers = load_layers(st, jobs[i].id, &layers);
+			for (int k = 0; k < nlayers && host_has_room(st); k++)
+			{
+				result = book_layer(st, show, &jobs[i], &layers[k]);
+				if (result == SKIP_JOB || result == SKIP_SHOW)
+					break;
+			}
+			if (result == SKIP_SHOW)
+				break;
+			result = SKIP_FRAME;
+		}
+	}
+	SPI_cursor_close(portal);
+	return result;
+}
+
+PG_FUNCTION_INFO_V1(frameq_reserve);
+
+Datum
+frameq_reserve(PG_FUNCTION_ARGS)
+{
+	ReserveState st;
+	text	   *name;
+	text	   *token;
+	ShowCandidate *shows;
+	int			nshows;
+	int			jobs_left = frameq_max_jobs_examined;
+	bool		locked;
+
+	frameq_require_preload();
+	if (PG_ARGISNULL(0))
+		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						errmsg("host must not be null")));
+	if (PG_ARGISNULL(1))
+		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						errmsg("token must not be null")));
+	if (PG_ARGISNULL(2))
+		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						errmsg("epoch must not be null")));
+	name = PG_GETARG_TEXT_PP(0);
+	token = PG_GETARG_TEXT_PP(1);
+	memset(&st, 0, sizeof(st));
+	st.epoch = PG_GETARG_INT64(2);
+	st.max_frames = PG_ARGISNULL(3) ? frameq_max_frames_per_reserve : PG_GETARG_INT32(3);
+	if (st.max_frames < 1 || st.max_frames > 1000)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_frames must be between 1 and 1000, not %d", st.max_frames)));
+
+	InitMaterializedSRF(fcinfo, 0);
+	st.rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "frameq: SPI_connect failed");
+
+	st.host.id = frameq_host_authenticate(name, token);
+
+	/* someone is already booking this host: nothing to do, and no waiting */
+	locked = DatumGetBool(DirectFunctionCall2(pg_try_advisory_xact_lock_int4,
+											  Int32GetDatum(FRAMEQ_ADVISORY_CLASS),
+											  Int32GetDatum(st.host.id)));
+	if (!locked)
+	{
+		SPI_finish();
+		return (Datum) 0;
+	}
+
+	frameq_host_load(st.host.id, &st.host);
+	frameq_host_check_epoch(&st.host, text_to_cstring(name), st.epoch);
+	if (!st.host.up)
+	{
+		SPI_finish();
+		return (Datum) 0;
+	}
+
+	frameq_ledger_ensure_valid();
+	nshows = load_shows(&st, &shows);
+	for (int i = 0; i < nshows && host_has_room(&st) && jobs_left > 0; i++)
+	{
+		if (shows[i].ratio < 0)
+			continue;			/* at its burst */
+		book_show(&st, &shows[i], &jobs_left);
+	}
+
+	SPI_finish();
+	return (Datum) 0;
+}

@@ -1,0 +1,55 @@
+/*-------------------------------------------------------------------------
+ *
+ * frameq.c
+ *	  Module entry point: _PG_init calls each module's init, and the check
+ *	  that the library was loaded through shared_preload_libraries.
+ *
+ * frameq keeps its caps ledger in shared memory, which only a library
+ * loaded at server start can reserve; every SQL entry point calls
+ * frameq_require_preload() first so that a missing preload is reported as
+ * such, not as a confusing failure further down.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+
+#include "frameq.h"
+
+PG_MODULE_MAGIC;
+
+bool		frameq_loaded_at_startup = false;
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	frameq_loaded_at_startup = true;
+	frameq_guc_init();
+	frameq_ledger_init();
+}
+
+void
+frameq_require_preload(void)
+{
+	if (!frameq_loaded_at_startup)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("frameq must be loaded via shared_preload_libraries"),
+				 errhint("Add frameq to shared_preload_libraries in postgresql.conf and restart the server.")));
+}
+
+PG_FUNCTION_INFO_V1(frameq_assert_preloaded);
+
+Datum
+frameq_assert_preloaded(PG_FUNCTION_ARGS)
+{
+	frameq_require_preload();
+	PG_RETURN_VOID();
+}

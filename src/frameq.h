@@ -1,0 +1,123 @@
+/*-------------------------------------------------------------------------
+ *
+ * frameq.h
+ *	  Declarations shared by frameq's modules: settings, the ledger, host
+ *	  authentication, the release context and small SPI helpers.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef FRAMEQ_H
+#define FRAMEQ_H
+
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "utils/timestamp.h"
+
+/* frameq's own SQLSTATEs live in class FQ */
+#define ERRCODE_FRAMEQ_STALE_EPOCH		MAKE_SQLSTATE('F','Q','0','0','1')
+#define ERRCODE_FRAMEQ_LEASE_EXPIRED	MAKE_SQLSTATE('F','Q','0','0','2')
+#define ERRCODE_FRAMEQ_LEDGER_REBUILT	MAKE_SQLSTATE('F','Q','0','0','3')
+#define ERRCODE_FRAMEQ_CAP_EXCEEDED		MAKE_SQLSTATE('F','Q','0','0','4')
+#define ERRCODE_FRAMEQ_HOST_FULL		MAKE_SQLSTATE('F','Q','0','0','5')
+
+/* first key of every advisory lock frameq takes ("FQ") */
+#define FRAMEQ_ADVISORY_CLASS	0x4651
+
+/* guc.c */
+extern int	frameq_lease_ttl;		/* seconds */
+extern double frameq_clock_drift;
+extern int	frameq_lease_margin;	/* seconds */
+extern int	frameq_kill_resend_interval;	/* milliseconds */
+extern int	frameq_max_frames_per_reserve;
+extern int	frameq_max_jobs_examined;
+extern int	frameq_ledger_size;
+extern char *frameq_database;
+extern void frameq_guc_init(void);
+
+/* frameq.c */
+extern bool frameq_loaded_at_startup;
+extern void frameq_require_preload(void);
+
+/* util.c */
+extern int64 frameq_random_id(void);
+extern SPIPlanPtr frameq_prepare(const char *sql, int nargs, Oid *argtypes);
+extern Datum frameq_numeric_from_cc(int32 cc);
+extern bool frameq_get_bool(HeapTuple tup, TupleDesc desc, int col, bool *isnull);
+extern int64 frameq_get_int64(HeapTuple tup, TupleDesc desc, int col, bool *isnull);
+extern int32 frameq_get_int32(HeapTuple tup, TupleDesc desc, int col, bool *isnull);
+
+/* ledger.c */
+typedef enum LedgerKind
+{
+	LEDGER_SUBSCRIPTION = 1,	/* id = show, id2 = allocation */
+	LEDGER_FOLDER = 2,
+	LEDGER_JOB = 3,
+	LEDGER_LIMIT = 4
+} LedgerKind;
+
+#define LEDGER_NO_CAP	(-1)
+
+/* one capped entity a booking counts against, with its caps (-1: none) */
+typedef struct LedgerItem
+{
+	LedgerKind	kind;
+	int64		id;
+	int64		id2;
+	int32		cap_cc;
+	int32		cap_gpus;
+	int32		cap_running;
+} LedgerItem;
+
+extern void frameq_ledger_init(void);
+extern void frameq_ledger_ensure_valid(void);
+extern int	frameq_ledger_try_charge(const LedgerItem *items, int nitems,
+									 int32 cc, int32 gpus);
+extern void frameq_ledger_uncharge(const LedgerItem *items, int nitems,
+								   int32 cc, int32 gpus);
+extern void frameq_ledger_release(const LedgerItem *items, int nitems,
+								  int32 cc, int32 gpus);
+extern void frameq_ledger_read(LedgerKind kind, int64 id, int64 id2,
+							   int32 *cc, int32 *gpus, int32 *running);
+extern void frameq_ledger_note_proc_write(void);
+
+/* lease.c */
+typedef struct FrameqHost
+{
+	int32		id;
+	int32		allocation;
+	int64		epoch;
+	bool		up;
+	bool		lease_current;
+	Datum		tags;			/* text[], in the caller's memory context */
+	int32		idle_cc;
+	int64		idle_memory;
+	int32		idle_gpus;
+	int64		idle_gpu_memory;
+} FrameqHost;
+
+extern int32 frameq_host_authenticate(text *name, text *token);
+extern void frameq_host_load(int32 host_id, FrameqHost *host);
+extern void frameq_host_check_epoch(const FrameqHost *host, const char *name,
+									int64 epoch);
+
+/* release.c */
+typedef struct ReleaseContext
+{
+	int64		proc;			/* the proc this applies to; 0: none */
+	const char *reason;			/* run.reason */
+	const char *new_state;		/* the frame's state after release */
+	bool		count_retry;	/* a failure of the frame itself */
+	bool		have_exit;
+	int32		exit_status;
+	int32		exit_signal;
+	bool		have_rss;
+	int64		max_rss;
+} ReleaseContext;
+
+extern void frameq_release_with(const ReleaseContext *ctx);
+
+/* booking.c: a charge taken by reserve() that the insert trigger adopts */
+extern int64 frameq_precharged_proc;
+
+#endif							/* FRAMEQ_H */

@@ -1,0 +1,100 @@
+/*-------------------------------------------------------------------------
+ *
+ * guc.c
+ *	  frameq's configuration parameters (frameq.*).  doc/reference.md gives
+ *	  each one's default and the reason for it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "utils/guc.h"
+
+#include "frameq.h"
+
+int			frameq_lease_ttl = 30;
+double		frameq_clock_drift = 0.05;
+int			frameq_lease_margin = 2;
+int			frameq_kill_resend_interval = 5000;
+int			frameq_max_frames_per_reserve = 16;
+int			frameq_max_jobs_examined = 1000;
+int			frameq_ledger_size = 100000;
+char	   *frameq_database = NULL;
+
+void
+frameq_guc_init(void)
+{
+	DefineCustomIntVariable("frameq.lease_ttl",
+							"How long a host's lease lasts after each renewal.",
+							NULL,
+							&frameq_lease_ttl,
+							30, 1, 3600,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomRealVariable("frameq.clock_drift",
+							 "Largest relative clock-rate error assumed between a host and the server.",
+							 NULL,
+							 &frameq_clock_drift,
+							 0.05, 0.0, 1.0,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("frameq.lease_margin",
+							"Extra time, past lease_ttl and drift, before a silent host's procs are released.",
+							NULL,
+							&frameq_lease_margin,
+							2, 0, 3600,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("frameq.kill_resend_interval",
+							"How often an unconfirmed kill order is notified again.",
+							NULL,
+							&frameq_kill_resend_interval,
+							5000, 100, 3600 * 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("frameq.max_frames_per_reserve",
+							"Default number of frames one reserve() call may book.",
+							NULL,
+							&frameq_max_frames_per_reserve,
+							16, 1, 1000,
+							PGC_USERSET,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("frameq.max_jobs_examined",
+							"Most candidate jobs one reserve() call looks at before giving up.",
+							NULL,
+							&frameq_max_jobs_examined,
+							1000, 1, INT_MAX,
+							PGC_USERSET,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("frameq.ledger_size",
+							"Most capped entities (jobs, folders, subscriptions, limits) with running work at once.",
+							NULL,
+							&frameq_ledger_size,
+							100000, 1000, 10000000,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("frameq.database",
+							   "Database the frameq background worker connects to.",
+							   NULL,
+							   &frameq_database,
+							   "postgres",
+							   PGC_POSTMASTER,
+							   0,
+							   NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("frameq");
+}

@@ -1,0 +1,120 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease.c
+ *	  Host identity and leases as the agent entry points see them: checking
+ *	  a host's token, reading its lease and capacity, fencing on its epoch.
+ *
+ * A host's token is stored only as its SHA-256 hash.  Every agent call
+ * names the host and its token; calls that act on bookings also name the
+ * lease epoch, which attach() bumps, so a report from an earlier life of
+ * the agent can never touch the current bookings.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+
+#include "frameq.h"
+
+/* Look up a host by name and check its token; returns the host's id. */
+int32
+frameq_host_authenticate(text *name, text *token)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[2];
+	int			ret;
+	bool		token_ok;
+	int32		id;
+
+	if (plan == NULL)
+	{
+		Oid			types[2] = {TEXTOID, TEXTOID};
+
+		plan = frameq_prepare("SELECT id, token_hash = sha256(convert_to($2, 'UTF8'))"
+							  "  FROM frameq.host WHERE name = $1",
+							  2, types);
+	}
+	args[0] = PointerGetDatum(name);
+	args[1] = PointerGetDatum(token);
+	ret = SPI_execute_plan(plan, args, NULL, true, 1);
+	if (ret != SPI_OK_SELECT)
+		elog(ERROR, "frameq: host lookup failed: %s", SPI_result_code_string(ret));
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("host \"%s\" is not registered", text_to_cstring(name)),
+				 errhint("Register it with frameq.register_host().")));
+	id = frameq_get_int32(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, NULL);
+	token_ok = frameq_get_bool(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, NULL);
+	if (!token_ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PASSWORD),
+				 errmsg("invalid token for host \"%s\"", text_to_cstring(name))));
+	return id;
+}
+
+/* Read a host's lease and free capacity (after taking its booking lock). */
+void
+frameq_host_load(int32 host_id, FrameqHost *host)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[1];
+	int			ret;
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+
+	if (plan == NULL)
+	{
+		Oid			types[1] = {INT4OID};
+
+		plan = frameq_prepare("SELECT allocation, epoch, state = 'up',"
+							  "       coalesce(lease_expires_at > clock_timestamp(), false),"
+							  "       tags, idle_cc, idle_memory, idle_gpus, idle_gpu_memory"
+							  "  FROM frameq.host WHERE id = $1",
+							  1, types);
+	}
+	args[0] = Int32GetDatum(host_id);
+	ret = SPI_execute_plan(plan, args, NULL, false, 1);
+	if (ret != SPI_OK_SELECT)
+		elog(ERROR, "frameq: host read failed: %s", SPI_result_code_string(ret));
+	if (SPI_processed == 0)
+		elog(ERROR, "frameq: host %d vanished", host_id);
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	host->id = host_id;
+	host->allocation = frameq_get_int32(tup, desc, 1, NULL);
+	host->epoch = frameq_get_int64(tup, desc, 2, NULL);
+	host->up = frameq_get_bool(tup, desc, 3, NULL);
+	host->lease_current = frameq_get_bool(tup, desc, 4, NULL);
+	host->tags = SPI_getbinval(tup, desc, 5, &isnull);
+	host->tags = SPI_datumTransfer(host->tags, false, -1);
+	host->idle_cc = frameq_get_int32(tup, desc, 6, NULL);
+	host->idle_memory = frameq_get_int64(tup, desc, 7, NULL);
+	host->idle_gpus = frameq_get_int32(tup, desc, 8, NULL);
+	host->idle_gpu_memory = frameq_get_int64(tup, desc, 9, NULL);
+}
+
+/*
+ * An agent acting on bookings must hold the current lease: the epoch it
+ * got from attach() and a lease that has not run out.  A lapsed lease is
+ * never revived here: the agent must kill its work and attach again.
+ */
+void
+frameq_host_check_epoch(const FrameqHost *host, const char *name, int64 epoch)
+{
+	if (epoch != host->epoch)
+		ereport(ERROR,
+				(errcode(ERRCODE_FRAMEQ_STALE_EPOCH),
+				 errmsg("lease epoch %lld of host \"%s\" is not current",
+						(long long) epoch, name),
+				 errdetail("The host's current epoch is %lld.", (long long) host->epoch),
+				 errhint("The agent must stop its renders and call frameq.attach() again.")));
+	if (!host->lease_current)
+		ereport(ERROR,
+				(errcode(ERRCODE_FRAMEQ_LEASE_EXPIRED),
+				 errmsg("lease of host \"%s\" has expired", name),
+				 errhint("The agent must stop its renders and call frameq.attach() again.")));
+}

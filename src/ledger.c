@@ -1,0 +1,705 @@
+/*-------------------------------------------------------------------------
+ *
+ * ledger.c
+ *	  The caps ledger: how many cores, gpus and procs each capped entity
+ *	  (subscription, folder, job, limit) has booked, kept in shared memory
+ *	  so that booking never updates a shared counter row.
+ *
+ * Why shared memory: a counter row per job, folder or subscription is
+ * updated by every booking and release of that entity, and its row lock is
+ * held until commit, so all bookings of a job queue behind each other (and
+ * deadlock when two bookings take two such rows in different orders).  The
+ * ledger's check-and-increment holds a lock for microseconds instead.
+ *
+ * Locking protocol
+ * ----------------
+ * - FrameqLedger->lock (an LWLock) protects the hash table and
+ *	 FrameqLedger->generation.  It is never held across anything that can
+ *	 wait or throw: lookups, checks and arithmetic only.  Memory for the
+ *	 backend-local log (below) is reserved before the lock is taken.
+ * - FrameqLedger->valid_generation is an atomic, read without the lock on
+ *	 the fast path: 0 means the ledger must be rebuilt before use; any other
+ *	 value names the rebuild that made the current contents.  It is written
+ *	 only with the lock held exclusively.
+ * - A rebuild holds ShareRowExclusiveLock on frameq.proc (which conflicts
+ *	 with the RowExclusiveLock of every transaction that inserts or deletes
+ *	 procs, and with itself) from before it reads until its transaction
+ *	 ends.  So it waits for every transaction that changed procs to finish,
+ *	 reads SUM(proc) with a fresh snapshot, and no proc changes while it
+ *	 fills the table.  Two backends that both find the ledger invalid
+ *	 serialise on that lock, and the second finds it valid.
+ *
+ * Transactional behaviour
+ * -----------------------
+ * Each backend keeps a log of its ledger changes in this transaction:
+ * - a charge (booking) is applied to shared memory at once, so concurrent
+ *	 bookings see it and cannot over-book, and logged as "applied"; if the
+ *	 (sub)transaction aborts, it is subtracted again;
+ * - a release is only logged ("deferred") and applied after the
+ *	 transaction commits; if the (sub)transaction aborts it is forgotten.
+ * Between a release and its commit the ledger reads high, never low: an
+ * error can only make frameq book less, never more, than the caps allow.
+ * Log entries carry the generation they were made under, so entries from
+ * before a reset are never applied to a rebuilt ledger.
+ *
+ * PREPARE TRANSACTION with a non-empty log is refused: the log lives in
+ * this backend and would be lost, leaving the ledger wrong when the
+ * prepared transaction is committed elsewhere.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/namespace.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/lmgr.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/tuplestore.h"
+
+#include "frameq.h"
+
+typedef struct LedgerKey
+{
+	int32		kind;
+	int32		pad;			/* always zero: the key is hashed as bytes */
+	int64		id;
+	int64		id2;
+} LedgerKey;
+
+typedef struct LedgerEntry
+{
+	LedgerKey	key;
+	int32		used_cc;
+	int32		used_gpus;
+	int32		running;
+} LedgerEntry;
+
+typedef struct FrameqLedgerShared
+{
+	LWLock	   *lock;
+	uint64		generation;		/* last rebuild's number; under lock */
+	pg_atomic_uint64 valid_generation;	/* 0: must rebuild */
+} FrameqLedgerShared;
+
+typedef struct LedgerLogEntry
+{
+	LedgerKey	key;
+	int32		cc;
+	int32		gpus;
+	int32		running;
+	bool		applied;		/* charge already in shared memory */
+	SubTransactionId subid;
+	uint64		generation;
+} LedgerLogEntry;
+
+static FrameqLedgerShared *FrameqLedger = NULL;
+static HTAB *LedgerHash = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/*
+ * This transaction's ledger log.  It lives in TopMemoryContext and is
+ * reused from one transaction to the next: it must outlive the transaction
+ * until the commit or abort callback has read it, and reserving room before
+ * taking the LWLock means it never allocates while the lock is held.
+ */
+static LedgerLogEntry *ledger_log = NULL;
+static int	ledger_log_len = 0;
+static int	ledger_log_cap = 0;
+
+/* has this transaction inserted or deleted procs? (see ensure_valid) */
+static bool proc_written = false;
+
+static Size
+ledger_shmem_size(void)
+{
+	return add_size(MAXALIGN(sizeof(FrameqLedgerShared)),
+					hash_estimate_size(frameq_ledger_size, sizeof(LedgerEntry)));
+}
+
+static void
+ledger_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(ledger_shmem_size());
+	RequestNamedLWLockTranche("frameq_ledger", 1);
+}
+
+/*
+ * Shared memory starts empty and invalid after every server start: the
+ * first booking rebuilds it from the proc table.
+ */
+static void
+ledger_shmem_startup(void)
+{
+	bool		found;
+	HASHCTL		info;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	FrameqLedger = ShmemInitStruct("frameq ledger state",
+								   sizeof(FrameqLedgerShared), &found);
+	if (!found)
+	{
+		FrameqLedger->lock = &(GetNamedLWLockTranche("frameq_ledger"))->lock;
+		FrameqLedger->generation = 0;
+		pg_atomic_init_u64(&FrameqLedger->valid_generation, 0);
+	}
+
+	info.keysize = sizeof(LedgerKey);
+	info.entrysize = sizeof(LedgerEntry);
+	LedgerHash = ShmemInitHash("frameq ledger",
+							   frameq_ledger_size, frameq_ledger_size,
+							   &info, HASH_ELEM | HASH_BLOBS);
+	LWLockRelease(AddinShmemInitLock);
+}
+
+static inline void
+make_key(LedgerKey *key, LedgerKind kind, int64 id, int64 id2)
+{
+	key->kind = (int32) kind;
+	key->pad = 0;
+	key->id = id;
+	key->id2 = id2;
+}
+
+static void
+log_reserve(int n)
+{
+	if (ledger_log_len + n <= ledger_log_cap)
+		return;
+	if (ledger_log == NULL)
+	{
+		ledger_log_cap = Max(64, n);
+		ledger_log = MemoryContextAlloc(TopMemoryContext,
+										ledger_log_cap * sizeof(LedgerLogEntry));
+	}
+	else
+	{
+		ledger_log_cap = Max(ledger_log_cap * 2, ledger_log_len + n);
+		ledger_log = repalloc(ledger_log, ledger_log_cap * sizeof(LedgerLogEntry));
+	}
+}
+
+static void
+log_append(const LedgerKey *key, int32 cc, int32 gpus, int32 running,
+		   bool applied, uint64 generation)
+{
+	LedgerLogEntry *e = &ledger_log[ledger_log_len++];
+
+	Assert(ledger_log_len <= ledger_log_cap);
+	e->key = *key;
+	e->cc = cc;
+	e->gpus = gpus;
+	e->running = running;
+	e->applied = applied;
+	e->subid = GetCurrentSubTransactionId();
+	e->generation = generation;
+}
+
+/* add a delta to an entry; drop entries that fall back to nothing. Lock held. */
+static void
+apply_delta(const LedgerKey *key, int32 cc, int32 gpus, int32 running)
+{
+	LedgerEntry *entry;
+	bool		found;
+
+	entry = hash_search(LedgerHash, key, HASH_ENTER_NULL, &found);
+	if (entry == NULL)
+		return;					/* only reachable for a decrement of a
+								 * missing entry in a full table: nothing to
+								 * subtract from */
+	if (!found)
+	{
+		entry->used_cc = 0;
+		entry->used_gpus = 0;
+		entry->running = 0;
+	}
+	entry->used_cc += cc;
+	entry->used_gpus += gpus;
+	entry->running += running;
+	if (entry->used_cc == 0 && entry->used_gpus == 0 && entry->running == 0)
+		hash_search(LedgerHash, key, HASH_REMOVE, NULL);
+}
+
+/*
+ * Undo the applied charges of the given subtransaction (or all, if
+ * InvalidSubTransactionId) and forget its deferred releases.
+ */
+static void
+log_discard(SubTransactionId subid)
+{
+	uint64		current = pg_atomic_read_u64(&FrameqLedger->valid_generation);
+	bool		locked = false;
+	int			keep = 0;
+
+	for (int i = 0; i < ledger_log_len; i++)
+	{
+		LedgerLogEntry *e = &ledger_log[i];
+
+		if (subid != InvalidSubTransactionId && e->subid != subid)
+		{
+			ledger_log[keep++] = *e;
+			continue;
+		}
+		if (e->applied && e->generation == current)
+		{
+			if (!locked)
+			{
+				LWLockAcquire(FrameqLedger->lock, LW_EXCLUSIVE);
+				locked = true;
+			}
+			apply_delta(&e->key, -e->cc, -e->gpus, -e->running);
+		}
+	}
+	if (locked)
+		LWLockRelease(FrameqLedger->lock);
+	ledger_log_len = keep;
+}
+
+/* the transaction committed: apply its deferred releases */
+static void
+log_commit(void)
+{
+	bool		locked = false;
+
+	for (int i = 0; i < ledger_log_len; i++)
+	{
+		LedgerLogEntry *e = &ledger_log[i];
+
+		if (e->applied)
+			continue;
+		if (!locked)
+		{
+			LWLockAcquire(FrameqLedger->lock, LW_EXCLUSIVE);
+			locked = true;
+		}
+		/* a release logged before a reset belongs to a ledger now gone */
+		if (e->generation == FrameqLedger->generation &&
+			pg_atomic_read_u64(&FrameqLedger->valid_generation) == e->generation)
+			apply_delta(&e->key, e->cc, e->gpus, e->running);
+	}
+	if (locked)
+		LWLockRelease(FrameqLedger->lock);
+	ledger_log_len = 0;
+}
+
+static void
+ledger_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			if (ledger_log_len > 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction that booked or released frameq procs"),
+						 errdetail("frameq's caps ledger tracks a transaction's bookings in the session that made them.")));
+			break;
+		case XACT_EVENT_COMMIT:
+			if (ledger_log_len > 0)
+				log_commit();
+			proc_written = false;
+			break;
+		case XACT_EVENT_ABORT:
+			if (ledger_log_len > 0)
+				log_discard(InvalidSubTransactionId);
+			proc_written = false;
+			break;
+		case XACT_EVENT_PREPARE:
+			proc_written = false;
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+ledger_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						SubTransactionId parentSubid, void *arg)
+{
+	if (ledger_log_len == 0)
+		return;
+	switch (event)
+	{
+		case SUBXACT_EVENT_ABORT_SUB:
+			log_discard(mySubid);
+			break;
+		case SUBXACT_EVENT_COMMIT_SUB:
+			for (int i = 0; i < ledger_log_len; i++)
+				if (ledger_log[i].subid == mySubid)
+					ledger_log[i].subid = parentSubid;
+			break;
+		default:
+			break;
+	}
+}
+
+void
+frameq_ledger_init(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = ledger_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = ledger_shmem_startup;
+
+	RegisterXactCallback(ledger_xact_callback, NULL);
+	RegisterSubXactCallback(ledger_subxact_callback, NULL);
+}
+
+typedef struct RebuildRow
+{
+	LedgerKey	key;
+	int32		cc;
+	int32		gpus;
+	int32		running;
+} RebuildRow;
+
+/*
+ * Rebuild the ledger from the proc table.  See the locking protocol above.
+ */
+static void
+ledger_rebuild(void)
+{
+	Oid			nsp;
+	Oid			procrel;
+	RebuildRow *rows;
+	uint64		nrows;
+	int			ret;
+	HASH_SEQ_STATUS seq;
+	LedgerEntry *entry;
+
+	if (proc_written)
+		ereport(ERROR,
+				(errcode(ERRCODE_FRAMEQ_LEDGER_REBUILT),
+				 errmsg("frameq's caps ledger must be rebuilt after this transaction's changes to procs"),
+				 errhint("Retry the transaction.")));
+
+	nsp = get_namespace_oid("frameq", false);
+	procrel = get_relname_relid("proc", nsp);
+	if (!OidIsValid(procrel))
+		elog(ERROR, "frameq: relation frameq.proc does not exist");
+	LockRelationOid(procrel, ShareRowExclusiveLock);
+
+	if (pg_atomic_read_u64(&FrameqLedger->valid_generation) != 0)
+		return;					/* another backend rebuilt it while we waited */
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "frameq: SPI_connect failed");
+
+	/*
+	 * Read with the latest snapshot, not the transaction's: in REPEATABLE
+	 * READ the transaction snapshot may predate procs committed before we
+	 * got the lock.
+	 */
+	{
+		SPIPlanPtr	plan;
+
+		plan = SPI_prepare("SELECT 1, show::int8, allocation::int8, sum(cores_cc)::int4,"
+						   "       sum(gpus)::int4, count(*)::int4"
+						   "  FROM frameq.proc GROUP BY show, allocation "
+						   "UNION ALL "
+						   "SELECT 2, folder, 0, sum(cores_cc)::int4, sum(gpus)::int4, count(*)::int4"
+						   "  FROM frameq.proc WHERE folder IS NOT NULL GROUP BY folder "
+						   "UNION ALL "
+						   "SELECT 3, job, 0, sum(cores_cc)::int4, sum(gpus)::int4, count(*)::int4"
+						   "  FROM frameq.proc GROUP BY job "
+						   "UNION ALL "
+						   "SELECT 4, l, 0, sum(p.cores_cc)::int4, sum(p.gpus)::int4, count(*)::int4"
+						   "  FROM frameq.proc p, unnest(p.limits) AS l GROUP BY l",
+						   0, NULL);
+		if (plan == NULL)
+			elog(ERROR, "frameq: could not prepare the ledger rebuild");
+		ret = SPI_execute_snapshot(plan, NULL, NULL, GetLatestSnapshot(),
+								   InvalidSnapshot, true, false, 0);
+		if (ret != SPI_OK_SELECT)
+			elog(ERROR, "frameq: ledger rebuild query failed: %s",
+				 SPI_result_code_string(ret));
+	}
+
+	nrows = SPI_processed;
+	if (nrows > (uint64) frameq_ledger_size)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("frameq's ledger needs %llu entries but frameq.ledger_size is %d",
+						(unsigned long long) nrows, frameq_ledger_size),
+				 errhint("Raise frameq.ledger_size and restart the server.")));
+	rows = palloc(sizeof(RebuildRow) * Max(nrows, 1));
+	for (uint64 i = 0; i < nrows; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+
+		make_key(&rows[i].key,
+				 (LedgerKind) frameq_get_int32(tup, desc, 1, NULL),
+				 frameq_get_int64(tup, desc, 2, NULL),
+				 frameq_get_int64(tup, desc, 3, NULL));
+		rows[i].cc = frameq_get_int32(tup, desc, 4, NULL);
+		rows[i].gpus = frameq_get_int32(tup, desc, 5, NULL);
+		rows[i].running = frameq_get_int32(tup, desc, 6, NULL);
+	}
+
+	LWLockAcquire(FrameqLedger->lock, LW_EXCLUSIVE);
+	hash_seq_init(&seq, LedgerHash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+		hash_search(LedgerHash, &entry->key, HASH_REMOVE, NULL);
+	for (uint64 i = 0; i < nrows; i++)
+	{
+		entry = hash_search(LedgerHash, &rows[i].key, HASH_ENTER_NULL, NULL);
+		if (entry == NULL)
+			break;				/* cannot happen: size checked above */
+		entry->used_cc = rows[i].cc;
+		entry->used_gpus = rows[i].gpus;
+		entry->running = rows[i].running;
+	}
+	FrameqLedger->generation++;
+	pg_atomic_write_u64(&FrameqLedger->valid_generation, FrameqLedger->generation);
+	LWLockRelease(FrameqLedger->lock);
+
+	SPI_finish();
+}
+
+void
+frameq_ledger_ensure_valid(void)
+{
+	frameq_require_preload();
+	if (pg_atomic_read_u64(&FrameqLedger->valid_generation) != 0)
+		return;
+	if (RecoveryInProgress())
+		return;					/* a standby books nothing; no lock to take */
+	ledger_rebuild();
+}
+
+/* the proc table's statement trigger calls this before any change */
+void
+frameq_ledger_note_proc_write(void)
+{
+	frameq_ledger_ensure_valid();
+	proc_written = true;
+}
+
+/*
+ * Check every item's caps against its usage plus this booking and, only if
+ * all fit, add the booking to all of them.  Returns -1 on success, or the
+ * index of the first item whose cap would be exceeded (nothing changed).
+ */
+int
+frameq_ledger_try_charge(const LedgerItem *items, int nitems,
+						 int32 cc, int32 gpus)
+{
+	LedgerEntry *entries[16];
+	LedgerKey	keys[16];
+	uint64		generation;
+	int			failed = -1;
+
+	if (nitems > (int) lengthof(entries))
+		elog(ERROR, "frameq: a booking counts against too many capped entities (%d)", nitems);
+
+	frameq_ledger_ensure_valid();
+	log_reserve(nitems);
+	for (int i = 0; i < nitems; i++)
+		make_key(&keys[i], items[i].kind, items[i].id, items[i].id2);
+
+	LWLockAcquire(FrameqLedger->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < nitems; i++)
+	{
+		bool		found;
+
+		entries[i] = hash_search(LedgerHash, &keys[i], HASH_ENTER_NULL, &found);
+		if (entries[i] == NULL)
+		{
+			LWLockRelease(FrameqLedger->lock);
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("frameq's ledger is full (frameq.ledger_size = %d)",
+							frameq_ledger_size),
+					 errhint("Raise frameq.ledger_size and restart the server.")));
+		}
+		if (!found)
+		{
+			entries[i]->used_cc = 0;
+			entries[i]->used_gpus = 0;
+			entries[i]->running = 0;
+		}
+	}
+	for (int i = 0; i < nitems && failed < 0; i++)
+	{
+		const LedgerItem *it = &items[i];
+		LedgerEntry *e = entries[i];
+
+		if ((it->cap_cc >= 0 && (int64) e->used_cc + cc > it->cap_cc) ||
+			(it->cap_gpus >= 0 && (int64) e->used_gpus + gpus > it->cap_gpus) ||
+			(it->cap_running >= 0 && (int64) e->running + 1 > it->cap_running))
+			failed = i;
+	}
+	generation = FrameqLedger->generation;
+	for (int i = 0; i < nitems; i++)
+	{
+		LedgerEntry *e = entries[i];
+
+		if (failed < 0)
+		{
+			e->used_cc += cc;
+			e->used_gpus += gpus;
+			e->running += 1;
+		}
+		else if (e->used_cc == 0 && e->used_gpus == 0 && e->running == 0)
+			hash_search(LedgerHash, &keys[i], HASH_REMOVE, NULL);
+	}
+	LWLockRelease(FrameqLedger->lock);
+
+	if (failed < 0)
+		for (int i = 0; i < nitems; i++)
+			log_append(&keys[i], cc, gpus, 1, true, generation);
+	return failed;
+}
+
+/*
+ * Give back a charge this transaction took and did not use.  Applied at
+ * once (it only removes our own uncommitted increment) and logged so that
+ * an abort, which undoes the charge, undoes this too.
+ */
+void
+frameq_ledger_uncharge(const LedgerItem *items, int nitems,
+					   int32 cc, int32 gpus)
+{
+	uint64		generation;
+	LedgerKey	key;
+
+	log_reserve(nitems);
+	LWLockAcquire(FrameqLedger->lock, LW_EXCLUSIVE);
+	generation = FrameqLedger->generation;
+	for (int i = 0; i < nitems; i++)
+	{
+		make_key(&key, items[i].kind, items[i].id, items[i].id2);
+		apply_delta(&key, -cc, -gpus, -1);
+		log_append(&key, -cc, -gpus, -1, true, generation);
+	}
+	LWLockRelease(FrameqLedger->lock);
+}
+
+/* a proc was deleted: take it off the ledger when this transaction commits */
+void
+frameq_ledger_release(const LedgerItem *items, int nitems,
+					  int32 cc, int32 gpus)
+{
+	uint64		generation = pg_atomic_read_u64(&FrameqLedger->valid_generation);
+	LedgerKey	key;
+
+	/*
+	 * An invalid ledger will be rebuilt from the table after this
+	 * transaction ends (the rebuild waits for it), so there is nothing to
+	 * subtract from.
+	 */
+	if (generation == 0)
+		return;
+	log_reserve(nitems);
+	for (int i = 0; i < nitems; i++)
+	{
+		make_key(&key, items[i].kind, items[i].id, items[i].id2);
+		log_append(&key, -cc, -gpus, -1, false, generation);
+	}
+}
+
+void
+frameq_ledger_read(LedgerKind kind, int64 id, int64 id2,
+				   int32 *cc, int32 *gpus, int32 *running)
+{
+	LedgerKey	key;
+	LedgerEntry *entry;
+
+	make_key(&key, kind, id, id2);
+	LWLockAcquire(FrameqLedger->lock, LW_SHARED);
+	entry = hash_search(LedgerHash, &key, HASH_FIND, NULL);
+	*cc = entry ? entry->used_cc : 0;
+	*gpus = entry ? entry->used_gpus : 0;
+	*running = entry ? entry->running : 0;
+	LWLockRelease(FrameqLedger->lock);
+}
+
+PG_FUNCTION_INFO_V1(frameq_ledger);
+
+Datum
+frameq_ledger(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	HASH_SEQ_STATUS seq;
+	LedgerEntry *entry;
+	LedgerEntry *copy;
+	int			n = 0;
+	long		size;
+	static const char *const kinds[] = {NULL, "subscription", "folder", "job", "limit"};
+
+	frameq_ledger_ensure_valid();
+	InitMaterializedSRF(fcinfo, 0);
+
+	/* copy out under the lock, build tuples after releasing it */
+	LWLockAcquire(FrameqLedger->lock, LW_SHARED);
+	size = hash_get_num_entries(LedgerHash);
+	copy = palloc(sizeof(LedgerEntry) * Max(size, 1));
+	hash_seq_init(&seq, LedgerHash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+	{
+		if (n < size)
+			copy[n++] = *entry;
+	}
+	LWLockRelease(FrameqLedger->lock);
+
+	for (int i = 0; i < n; i++)
+	{
+		Datum		values[6];
+		bool		nulls[6] = {0};
+
+		if (copy[i].key.kind < 1 || copy[i].key.kind > 4)
+			continue;
+		values[0] = CStringGetTextDatum(kinds[copy[i].key.kind]);
+		values[1] = Int64GetDatum(copy[i].key.id);
+		values[2] = Int64GetDatum(copy[i].key.id2);
+		values[3] = Int32GetDatum(copy[i].used_cc);
+		values[4] = Int32GetDatum(copy[i].used_gpus);
+		values[5] = Int32GetDatum(copy[i].running);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+PG_FUNCTION_INFO_V1(frameq_ledger_reset);
+
+Datum
+frameq_ledger_reset(PG_FUNCTION_ARGS)
+{
+	frameq_require_preload();
+	LWLockAcquire(FrameqLedger->lock, LW_EXCLUSIVE);
+	pg_atomic_write_u64(&FrameqLedger->valid_generation, 0);
+	LWLockRelease(FrameqLedger->lock);
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(frameq_ledger_ensure);
+
+Datum
+frameq_ledger_ensure(PG_FUNCTION_ARGS)
+{
+	bool		was_valid;
+
+	frameq_require_preload();
+	was_valid = pg_atomic_read_u64(&FrameqLedger->valid_generation) != 0;
+	frameq_ledger_ensure_valid();
+	PG_RETURN_BOOL(!was_valid);
+}

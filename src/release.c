@@ -1,0 +1,819 @@
+/*-------------------------------------------------------------------------
+ *
+ * release.c
+ *	  The proc table's triggers, complete(), and releasing a proc.
+ *
+ * The triggers on frameq.proc are the one place where everything that
+ * follows a booking's life is kept in step, so that no path can forget a
+ * part of it:
+ *
+ *	insert: charge the caps ledger (or adopt the charge reserve() took),
+ *			take the host's free capacity with a guarded update, open the
+ *			run record;
+ *	delete: release the caps (applied when the transaction commits), give
+ *			the host its capacity back, close the run record, move the
+ *			frame to its next state, finish the job if nothing of it is
+ *			left, and send one frameq_release notification.
+ *
+ * So a DELETE of a proc is a release by construction.  Whoever deletes
+ * says why through a ReleaseContext (frameq_release_with); a bare DELETE by
+ * an operator counts as an operator release that puts the frame back in
+ * the queue (or applies the kill order's wanted state).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "commands/trigger.h"
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "frameq.h"
+
+/* why the proc being deleted is released; set by frameq_release_with */
+static const ReleaseContext *current_release = NULL;
+
+/* the proc row, as the triggers read it */
+typedef struct ProcRow
+{
+	int64		id;
+	int64		frame;
+	int32		host;
+	int64		epoch;
+	int64		job;
+	int64		layer;
+	int32		show;
+	bool		has_folder;
+	int32		folder;
+	int32		allocation;
+	int			nlimits;
+	int32		limits[16];
+	int32		cores_cc;
+	int64		memory;
+	int32		gpus;
+	int64		gpu_memory;
+	bool		killing;
+	char	   *want_state;
+	Datum		booked_at;
+	Datum		kill_reason;
+	bool		kill_reason_null;
+} ProcRow;
+
+static Datum
+proc_col(HeapTuple tup, TupleDesc desc, const char *name, bool *isnull)
+{
+	int			attnum = SPI_fnumber(desc, name);
+
+	if (attnum <= 0)
+		elog(ERROR, "frameq: proc has no column \"%s\"", name);
+	return SPI_getbinval(tup, desc, attnum, isnull);
+}
+
+static void
+read_proc(HeapTuple tup, TupleDesc desc, ProcRow *p)
+{
+	bool		isnull;
+	Datum		d;
+	Datum	   *elems;
+	int			nelems;
+
+	p->id = DatumGetInt64(proc_col(tup, desc, "id", &isnull));
+	p->frame = DatumGetInt64(proc_col(tup, desc, "frame", &isnull));
+	p->host = DatumGetInt32(proc_col(tup, desc, "host", &isnull));
+	p->epoch = DatumGetInt64(proc_col(tup, desc, "epoch", &isnull));
+	p->job = DatumGetInt64(proc_col(tup, desc, "job", &isnull));
+	p->layer = DatumGetInt64(proc_col(tup, desc, "layer", &isnull));
+	p->show = DatumGetInt32(proc_col(tup, desc, "show", &isnull));
+	d = proc_col(tup, desc, "folder", &isnull);
+	p->has_folder = !isnull;
+	p->folder = isnull ? 0 : DatumGetInt32(d);
+	p->allocation = DatumGetInt32(proc_col(tup, desc, "allocation", &isnull));
+	d = proc_col(tup, desc, "limits", &isnull);
+	deconstruct_array(DatumGetArrayTypeP(d), INT4OID, 4, true, TYPALIGN_INT,
+					  &elems, NULL, &nelems);
+	if (nelems > 12)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a proc may count against at most 12 limits")));
+	p->nlimits = nelems;
+	for (int i = 0; i < nelems; i++)
+		p->limits[i] = DatumGetInt32(elems[i]);
+	p->cores_cc = DatumGetInt32(proc_col(tup, desc, "cores_cc", &isnull));
+	p->memory = DatumGetInt64(proc_col(tup, desc, "memory", &isnull));
+	p->gpus = DatumGetInt32(proc_col(tup, desc, "gpus", &isnull));
+	p->gpu_memory = DatumGetInt64(proc_col(tup, desc, "gpu_memory", &isnull));
+	p->killing = strcmp(TextDatumGetCString(proc_col(tup, desc, "state", &isnull)),
+						"killing") == 0;
+	d = proc_col(tup, desc, "want_state", &isnull);
+	p->want_state = isnull ? NULL : TextDatumGetCString(d);
+	p->booked_at = proc_col(tup, desc, "booked_at", &isnull);
+	p->kill_reason = proc_col(tup, desc, "kill_reason", &p->kill_reason_null);
+}
+
+/* the ledger keys a proc counts against; caps left open (-1) */
+static int
+proc_items(const ProcRow *p, LedgerItem *items)
+{
+	int			n = 0;
+
+	items[n++] = (LedgerItem)
+	{
+		LEDGER_SUBSCRIPTION, p->show, p->allocation,
+			LEDGER_NO_CAP, LEDGER_NO_CAP, LEDGER_NO_CAP
+	};
+	if (p->has_folder)
+		items[n++] = (LedgerItem)
+	{
+		LEDGER_FOLDER, p->folder, 0, LEDGER_NO_CAP, LEDGER_NO_CAP, LEDGER_NO_CAP
+	};
+	items[n++] = (LedgerItem)
+	{
+		LEDGER_JOB, p->job, 0, LEDGER_NO_CAP, LEDGER_NO_CAP, LEDGER_NO_CAP
+	};
+	for (int i = 0; i < p->nlimits; i++)
+		items[n++] = (LedgerItem)
+	{
+		LEDGER_LIMIT, p->limits[i], 0, LEDGER_NO_CAP, LEDGER_NO_CAP, LEDGER_NO_CAP
+	};
+	return n;
+}
+
+/*
+ * A proc inserted by something other than reserve(): look its caps up and
+ * charge them here, refusing the insert if any would be exceeded.
+ */
+static void
+charge_direct_insert(const ProcRow *p, LedgerItem *items, int nitems)
+{
+	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr limit_plan = NULL;
+	Datum		args[2];
+	HeapTuple	tup;
+	TupleDesc	desc;
+	int			failed;
+
+	if (plan == NULL)
+	{
+		Oid			types[2] = {INT8OID, INT4OID};
+
+		plan = frameq_prepare("SELECT coalesce(s.burst_cc, 0), coalesce(f.max_cc, -1),"
+							  "       coalesce(f.max_gpus, -1), coalesce(j.max_cc, -1),"
+							  "       coalesce(j.max_gpus, -1)"
+							  "  FROM frameq.job j"
+							  "  LEFT JOIN frameq.folder f ON f.id = j.folder"
+							  "  LEFT JOIN frameq.subscription s"
+							  "         ON s.show = j.show AND s.allocation = $2"
+							  " WHERE j.id = $1",
+							  2, types);
+	}
+	if (limit_plan == NULL)
+	{
+		Oid			types[1] = {INT4OID};
+
+		limit_plan = frameq_prepare("SELECT max_running FROM frameq.limits WHERE id = $1",
+									1, types);
+	}
+	args[0] = Int64GetDatum(p->job);
+	args[1] = Int32GetDatum(p->allocation);
+	if (SPI_execute_plan(plan, args, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "frameq: caps of job %lld not found", (long long) p->job);
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	for (int i = 0; i < nitems; i++)
+	{
+		switch (items[i].kind)
+		{
+			case LEDGER_SUBSCRIPTION:
+				items[i].cap_cc = frameq_get_int32(tup, desc, 1, NULL);
+				break;
+			case LEDGER_FOLDER:
+				items[i].cap_cc = frameq_get_int32(tup, desc, 2, NULL);
+				items[i].cap_gpus = frameq_get_int32(tup, desc, 3, NULL);
+				break;
+			case LEDGER_JOB:
+				items[i].cap_cc = frameq_get_int32(tup, desc, 4, NULL);
+				items[i].cap_gpus = frameq_get_int32(tup, desc, 5, NULL);
+				break;
+			case LEDGER_LIMIT:
+				break;
+		}
+	}
+	for (int i = 0; i < nitems; i++)
+	{
+		if (items[i].kind != LEDGER_LIMIT)
+			continue;
+		args[0] = Int32GetDatum((int32) items[i].id);
+		if (SPI_execute_plan(limit_plan, args, NULL, true, 1) != SPI_OK_SELECT ||
+			SPI_processed != 1)
+			elog(ERROR, "frameq: limit %lld not found", (long long) items[i].id);
+		items[i].cap_running = frameq_get_int32(SPI_tuptable->vals[0],
+												SPI_tuptable->tupdesc, 1, NULL);
+	}
+
+	failed = frameq_ledger_try_charge(items, nitems, p->cores_cc, p->gpus);
+	if (failed >= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FRAMEQ_CAP_EXCEEDED),
+				 errmsg("booking proc %lld would exceed a cap", (long long) p->id),
+				 errdetail("The cap of %s %lld is reached.",
+						   items[failed].kind == LEDGER_SUBSCRIPTION ? "subscription of show" :
+						   items[failed].kind == LEDGER_FOLDER ? "folder" :
+						   items[failed].kind == LEDGER_JOB ? "job" : "limit",
+						   (long long) items[failed].id)));
+}
+
+PG_FUNCTION_INFO_V1(frameq_proc_before);
+
+/* before any insert or delete of procs: the ledger must be valid first */
+Datum
+frameq_proc_before(PG_FUNCTION_ARGS)
+{
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		elog(ERROR, "frameq_proc_before: not called by trigger manager");
+	frameq_ledger_note_proc_write();
+	return PointerGetDatum(NULL);
+}
+
+PG_FUNCTION_INFO_V1(frameq_proc_after_insert);
+
+Datum
+frameq_proc_after_insert(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	static SPIPlanPtr host_plan = NULL;
+	static SPIPlanPtr run_plan = NULL;
+	ProcRow		p;
+	LedgerItem	items[16];
+	int			nitems;
+	Datum		args[9];
+	int			ret;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		elog(ERROR, "frameq_proc_after_insert: not called by trigger manager");
+
+	read_proc(trigdata->tg_trigtuple, trigdata->tg_relation->rd_att, &p);
+	nitems = proc_items(&p, items);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "frameq: SPI_connect failed");
+
+	if (frameq_precharged_proc == p.id)
+		frameq_precharged_proc = 0; /* reserve() charged it already */
+	else
+		charge_direct_insert(&p, items, nitems);
+
+	if (host_plan == NULL)
+	{
+		Oid			types[5] = {INT4OID, INT4OID, INT8OID, INT4OID, INT8OID};
+
+		host_plan = frameq_prepare("UPDATE frameq.host"
+								   "   SET idle_cc = idle_cc - $2, idle_memory = idle_memory - $3,"
+								   "       idle_gpus = idle_gpus - $4,"
+								   "       idle_gpu_memory = idle_gpu_memory - $5"
+								   " WHERE id = $1 AND idle_cc >= $2 AND idle_memory >= $3"
+								   "   AND idle_gpus >= $4 AND idle_gpu_memory >= $5",
+								   5, types);
+	}
+	args[0] = Int32GetDatum(p.host);
+	args[1] = Int32GetDatum(p.cores_cc);
+	args[2] = Int64GetDatum(p.memory);
+	args[3] = Int32GetDatum(p.gpus);
+	args[4] = Int64GetDatum(p.gpu_memory);
+	ret = SPI_execute_plan(host_plan, args, NULL, false, 0);
+	if (ret != SPI_OK_UPDATE)
+		elog(ERROR, "frameq: host capacity update failed: %s", SPI_result_code_string(ret));
+	if (SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_FRAMEQ_HOST_FULL),
+				 errmsg("host %d has no room for proc %lld", p.host, (long long) p.id)));
+
+	if (run_plan == NULL)
+	{
+		Oid			types[9] = {INT8OID, INT8OID, INT8OID, INT4OID, INT8OID, INT4OID,
+		INT8OID, INT4OID, TIMESTAMPTZOID};
+
+		run_plan = frameq_prepare("INSERT INTO frameq.run"
+								  " (proc, frame, job, host, epoch, cores_cc, memory, gpus, started_at)"
+								  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+								  9, types);
+	}
+	args[0] = Int64GetDatum(p.id);
+	args[1] = Int64GetDatum(p.frame);
+	args[2] = Int64GetDatum(p.job);
+	args[3] = Int32GetDatum(p.host);
+	args[4] = Int64GetDatum(p.epoch);
+	args[5] = Int32GetDatum(p.cores_cc);
+	args[6] = Int64GetDatum(p.memory);
+	args[7] = Int32GetDatum(p.gpus);
+	args[8] = p.booked_at;
+	ret = SPI_execute_plan(run_plan, args, NULL, false, 0);
+	if (ret != SPI_OK_INSERT)
+		elog(ERROR, "frameq: run record insert failed: %s", SPI_result_code_string(ret));
+
+	SPI_finish();
+	return PointerGetDatum(NULL);
+}
+
+/*
+ * The frame's job may be finished now.  If another of its frames is
+ * waiting, it is not.  If others are only running, their completions may
+ * be committing concurrently and each would see the other's frame still
+ * running, so take the job's row lock and look again with the latest
+ * snapshot: the last of them to get the lock sees the others' commits.
+ * Only a job's last running frames ever take this lock.
+ */
+static void
+maybe_finish_job(int64 job)
+{
+	static SPIPlanPtr live_plan = NULL;
+	static SPIPlanPtr lock_plan = NULL;
+	static SPIPlanPtr finish_plan = NULL;
+	Datum		args[1];
+	bool		waiting;
+	bool		running;
+
+	if (live_plan == NULL)
+	{
+		Oid			types[1] = {INT8OID};
+
+		live_plan = frameq_prepare("SELECT EXISTS (SELECT 1 FROM frameq.frame"
+								   "                WHERE job = $1 AND state IN ('waiting', 'depend')),"
+								   "       EXISTS (SELECT 1 FROM frameq.frame"
+								   "                WHERE job = $1 AND state = 'running')",
+								   1, types);
+		lock_plan = frameq_prepare("SELECT 1 FROM frameq.job WHERE id = $1 FOR NO KEY UPDATE",
+								   1, types);
+		finish_plan = frameq_prepare("UPDATE frameq.job"
+									 "   SET state = 'finished', finished_at = clock_timestamp()"
+									 " WHERE id = $1 AND state IN ('active', 'paused')",
+									 1, types);
+	}
+	args[0] = Int64GetDatum(job);
+	if (SPI_execute_plan(live_plan, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "frameq: job liveness check failed");
+	waiting = frameq_get_bool(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, NULL);
+	running = frameq_get_bool(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, NULL);
+	if (waiting)
+		return;
+	if (running)
+	{
+		if (SPI_execute_plan(lock_plan, args, NULL, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "frameq: job lock failed");
+		if (SPI_execute_snapshot(live_plan, args, NULL, GetLatestSnapshot(),
+								 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
+			elog(ERROR, "frameq: job liveness re-check failed");
+		if (frameq_get_bool(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, NULL) ||
+			frameq_get_bool(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, NULL))
+			return;
+	}
+	if (SPI_execute_plan(finish_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "frameq: job finish failed");
+}
+
+static bool
+state_is_terminal(const char *state)
+{
+	return strcmp(state, "succeeded") == 0 || strcmp(state, "dead") == 0 ||
+		strcmp(state, "eaten") == 0;
+}
+
+static void
+notify_release(const ProcRow *p, const char *state, const char *reason)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf,
+					 "{\"proc\": %lld, \"frame\": %lld, \"job\": %lld, \"layer\": %lld,"
+					 " \"show\": %d, \"folder\": ",
+					 (long long) p->id, (long long) p->frame, (long long) p->job,
+					 (long long) p->layer, p->show);
+	if (p->has_folder)
+		appendStringInfo(&buf, "%d", p->folder);
+	else
+		appendStringInfoString(&buf, "null");
+	appendStringInfo(&buf,
+					 ", \"host\": %d, \"cores\": %d.%02d, \"gpus\": %d,"
+					 " \"state\": \"%s\", \"reason\": \"%s\"}",
+					 p->host, p->cores_cc / 100, p->cores_cc % 100, p->gpus,
+					 state, reason);
+	Async_Notify("frameq_release", buf.data);
+}
+
+PG_FUNCTION_INFO_V1(frameq_proc_after_delete);
+
+Datum
+frameq_proc_after_delete(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	static SPIPlanPtr host_plan = NULL;
+	static SPIPlanPtr run_plan = NULL;
+	static SPIPlanPtr frame_plan = NULL;
+	ProcRow		p;
+	LedgerItem	items[16];
+	int			nitems;
+	ReleaseContext ctx;
+	Datum		args[8];
+	char		nulls[8];
+	int			ret;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		elog(ERROR, "frameq_proc_after_delete: not called by trigger manager");
+
+	read_proc(trigdata->tg_trigtuple, trigdata->tg_relation->rd_att, &p);
+
+	if (current_release != NULL && current_release->proc == p.id)
+		ctx = *current_release;
+	else
+	{
+		/* a bare DELETE: an operator release */
+		memset(&ctx, 0, sizeof(ctx));
+		ctx.proc = p.id;
+		ctx.reason = "operator";
+		ctx.new_state = p.killing ? p.want_state : "waiting";
+	}
+
+	nitems = proc_items(&p, items);
+	frameq_ledger_release(items, nitems, p.cores_cc, p.gpus);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "frameq: SPI_connect failed");
+
+	if (host_plan == NULL)
+	{
+		Oid			types[5] = {INT4OID, INT4OID, INT8OID, INT4OID, INT8OID};
+
+		host_plan = frameq_prepare("UPDATE frameq.host"
+								   "   SET idle_cc = idle_cc + $2, idle_memory = idle_memory + $3,"
+								   "       idle_gpus = idle_gpus + $4,"
+								   "       idle_gpu_memory = idle_gpu_memory + $5"
+								   " WHERE id = $1",
+								   5, types);
+	}
+	args[0] = Int32GetDatum(p.host);
+	args[1] = Int32GetDatum(p.cores_cc);
+	args[2] = Int64GetDatum(p.memory);
+	args[3] = Int32GetDatum(p.gpus);
+	args[4] = Int64GetDatum(p.gpu_memory);
+	ret = SPI_execute_plan(host_plan, args, NULL, false, 0);
+	if (ret != SPI_OK_UPDATE || SPI_processed != 1)
+		elog(ERROR, "frameq: host capacity release failed for host %d", p.host);
+
+	if (run_plan == NULL)
+	{
+		Oid			types[7] = {INT8OID, INT4OID, INT4OID, INT8OID, TEXTOID, TEXTOID,
+		TEXTOID};
+
+		run_plan = frameq_prepare("UPDATE frameq.run"
+								  "   SET ended_at = clock_timestamp(), exit_status = $2,"
+								  "       exit_signal = $3, max_rss = $4, reason = $5,"
+								  "       kill_reason = $6, end_state = $7"
+								  " WHERE proc = $1 AND ended_at IS NULL",
+								  7, types);
+	}
+	memset(nulls, ' ', sizeof(nulls));
+	args[0] = Int64GetDatum(p.id);
+	args[1] = Int32GetDatum(ctx.exit_status);
+	args[2] = Int32GetDatum(ctx.exit_signal);
+	if (!ctx.have_exit)
+		nulls[1] = nulls[2] = 'n';
+	args[3] = Int64GetDatum(ctx.max_rss);
+	if (!ctx.have_rss)
+		nulls[3] = 'n';
+	args[4] = CStringGetTextDatum(ctx.reason);
+	args[5] = p.kill_reason;
+	if (p.kill_reason_null)
+		nulls[5] = 'n';
+	args[6] = CStringGetTextDatum(ctx.new_state);
+	ret = SPI_execute_plan(run_plan, args, nulls, false, 0);
+	if (ret != SPI_OK_UPDATE)
+		elog(ERROR, "frameq: run record close failed: %s", SPI_result_code_string(ret));
+	if (SPI_processed != 1)
+		elog(ERROR, "frameq: proc %lld has no open run record", (long long) p.id);
+
+	if (frame_plan == NULL)
+	{
+		Oid			types[3] = {INT8OID, TEXTOID, INT4OID};
+
+		frame_plan = frameq_prepare("UPDATE frameq.frame"
+									"   SET state = $2, retries = retries + $3,"
+									"       version = version + 1"
+									" WHERE id = $1 AND state = 'running'",
+									3, types);
+	}
+	args[0] = Int64GetDatum(p.frame);
+	args[1] = CStringGetTextDatum(ctx.new_state);
+	args[2] = Int32GetDatum(ctx.count_retry ? 1 : 0);
+	ret = SPI_execute_plan(frame_plan, args, NULL, false, 0);
+	if (ret != SPI_OK_UPDATE)
+		elog(ERROR, "frameq: frame release failed: %s", SPI_result_code_string(ret));
+	if (SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("frame %lld of proc %lld is not running", (long long) p.frame,
+						(long long) p.id)));
+
+	if (state_is_terminal(ctx.new_state))
+		maybe_finish_job(p.job);
+
+	notify_release(&p, ctx.new_state, ctx.reason);
+
+	SPI_finish();
+	return PointerGetDatum(NULL);
+}
+
+PG_FUNCTION_INFO_V1(frameq_proc_guard_update);
+
+/*
+ * A proc's booking is immutable: only its kill order may be set.  Changing
+ * resources or keys in place would desynchronise the ledger and the host.
+ */
+Datum
+frameq_proc_guard_update(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	TupleDesc	desc = trigdata->tg_relation->rd_att;
+	static const char *const frozen[] = {
+		"id", "frame", "host", "epoch", "job", "layer", "show", "folder",
+		"allocation", "limits", "cores_cc", "memory", "gpus", "gpu_memory", "booked_at"
+	};
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		elog(ERROR, "frameq_proc_guard_update: not called by trigger manager");
+
+	for (int i = 0; i < (int) lengthof(frozen); i++)
+	{
+		int			attnum = SPI_fnumber(desc, frozen[i]);
+		Form_pg_attribute att = TupleDescAttr(desc, attnum - 1);
+		bool		n1,
+					n2;
+		Datum		d1 = SPI_getbinval(trigdata->tg_trigtuple, desc, attnum, &n1);
+		Datum		d2 = SPI_getbinval(trigdata->tg_newtuple, desc, attnum, &n2);
+
+		if (n1 != n2 || (!n1 && !datumIsEqual(d1, d2, att->attbyval, att->attlen)))
+			ereport(ERROR,
+					(errcode(ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION),
+					 errmsg("column \"%s\" of a proc cannot be changed", frozen[i]),
+					 errhint("Delete the proc to release it; book again to change it.")));
+	}
+	{
+		bool		isnull;
+		char	   *olds = TextDatumGetCString(SPI_getbinval(trigdata->tg_trigtuple, desc,
+															 SPI_fnumber(desc, "state"), &isnull));
+		char	   *news = TextDatumGetCString(SPI_getbinval(trigdata->tg_newtuple, desc,
+															 SPI_fnumber(desc, "state"), &isnull));
+
+		if (strcmp(olds, "killing") == 0 && strcmp(news, "running") == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION),
+					 errmsg("a kill order cannot be withdrawn"),
+					 errdetail("Proc %lld may already be dying on its host.",
+							   (long long) DatumGetInt64(SPI_getbinval(trigdata->tg_trigtuple, desc,
+																	   1, &isnull)))));
+	}
+	return PointerGetDatum(trigdata->tg_newtuple);
+}
+
+PG_FUNCTION_INFO_V1(frameq_proc_no_truncate);
+
+Datum
+frameq_proc_no_truncate(PG_FUNCTION_ARGS)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("frameq.proc cannot be truncated"),
+			 errhint("Delete procs instead: each delete is a release.")));
+	PG_RETURN_NULL();
+}
+
+/*
+ * Delete one proc, saying why.  Returns whether a proc was deleted.  The
+ * caller is connected to SPI.
+ */
+void
+frameq_release_with(const ReleaseContext *ctx)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[1];
+	int			ret;
+
+	if (plan == NULL)
+	{
+		Oid			types[1] = {INT8OID};
+
+		plan = frameq_prepare("DELETE FROM frameq.proc WHERE id = $1", 1, types);
+	}
+	args[0] = Int64GetDatum(ctx->proc);
+	current_release = ctx;
+	PG_TRY();
+	{
+		ret = SPI_execute_plan(plan, args, NULL, false, 0);
+	}
+	PG_FINALLY();
+	{
+		current_release = NULL;
+	}
+	PG_END_TRY();
+	if (ret != SPI_OK_DELETE)
+		elog(ERROR, "frameq: proc delete failed: %s", SPI_result_code_string(ret));
+}
+
+static const char *
+checked_state(const char *state)
+{
+	static const char *const states[] = {"waiting", "dead", "eaten", "succeeded"};
+
+	for (int i = 0; i < (int) lengthof(states); i++)
+		if (strcmp(state, states[i]) == 0)
+			return states[i];
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("new_state must be one of waiting, dead, eaten, succeeded, not \"%s\"",
+					state)));
+	return NULL;
+}
+
+static const char *
+checked_reason(const char *reason)
+{
+	static const char *const reasons[] = {
+		"completed", "killed", "host_lost", "host_rebooted", "lost_by_agent", "operator"
+	};
+
+	for (int i = 0; i < (int) lengthof(reasons); i++)
+		if (strcmp(reason, reasons[i]) == 0)
+			return reasons[i];
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("reason must be one of completed, killed, host_lost, host_rebooted,"
+					" lost_by_agent, operator, not \"%s\"", reason)));
+	return NULL;
+}
+
+PG_FUNCTION_INFO_V1(frameq_release_proc);
+
+/* frameq._release(proc, reason, new_state, count_retry): for SQL paths */
+Datum
+frameq_release_proc(PG_FUNCTION_ARGS)
+{
+	ReleaseContext ctx;
+	uint64		deleted;
+
+	frameq_require_preload();
+	memset(&ctx, 0, sizeof(ctx));
+	ctx.proc = PG_GETARG_INT64(0);
+	ctx.reason = checked_reason(text_to_cstring(PG_GETARG_TEXT_PP(1)));
+	ctx.new_state = checked_state(text_to_cstring(PG_GETARG_TEXT_PP(2)));
+	ctx.count_retry = PG_GETARG_BOOL(3);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "frameq: SPI_connect failed");
+	frameq_release_with(&ctx);
+	deleted = SPI_processed;
+	SPI_finish();
+	PG_RETURN_BOOL(deleted > 0);
+}
+
+PG_FUNCTION_INFO_V1(frameq_complete);
+
+/*
+ * complete(host, token, epoch, proc, exit_status, exit_signal, max_rss)
+ *
+ * Fenced on the host, its token, the lease epoch the proc was booked under
+ * and the proc itself: a report about anything but the live proc changes
+ * nothing and answers 'stale'; the same report again answers 'duplicate'.
+ */
+Datum
+frameq_complete(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr proc_plan = NULL;
+	static SPIPlanPtr run_plan = NULL;
+	static const char *const argnames[] = {"host", "token", "epoch", "proc", "exit_status"};
+	text	   *name;
+	text	   *token;
+	int64		epoch;
+	int64		proc;
+	int32		exit_status;
+	int32		exit_signal;
+	int32		host_id;
+	Datum		args[1];
+	const char *answer;
+
+	frameq_require_preload();
+	for (int i = 0; i < (int) lengthof(argnames); i++)
+		if (PG_ARGISNULL(i))
+			ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+							errmsg("%s must not be null", argnames[i])));
+	name = PG_GETARG_TEXT_PP(0);
+	token = PG_GETARG_TEXT_PP(1);
+	epoch = PG_GETARG_INT64(2);
+	proc = PG_GETARG_INT64(3);
+	exit_status = PG_GETARG_INT32(4);
+	exit_signal = PG_ARGISNULL(5) ? 0 : PG_GETARG_INT32(5);
+	if (exit_signal < 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("exit_signal must not be negative")));
+	if (!PG_ARGISNULL(6) && PG_GETARG_INT64(6) < 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("max_rss must not be negative")));
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "frameq: SPI_connect failed");
+	host_id = frameq_host_authenticate(name, token);
+
+	if (proc_plan == NULL)
+	{
+		Oid			types[1] = {INT8OID};
+
+		proc_plan = frameq_prepare("SELECT p.host, p.epoch, p.state = 'killing', p.want_state,"
+								   "       f.retries, j.max_retries, j.auto_eat"
+								   "  FROM frameq.proc p"
+								   "  JOIN frameq.frame f ON f.id = p.frame"
+								   "  JOIN frameq.job j ON j.id = p.job"
+								   " WHERE p.id = $1"
+								   "   FOR NO KEY UPDATE OF p",
+								   1, types);
+		run_plan = frameq_prepare("SELECT host, epoch, ended_at IS NOT NULL,"
+								  "       exit_status, exit_signal"
+								  "  FROM frameq.run WHERE proc = $1",
+								  1, types);
+	}
+	args[0] = Int64GetDatum(proc);
+	if (SPI_execute_plan(proc_plan, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "frameq: proc lookup failed");
+
+	if (SPI_processed == 1 &&
+		frameq_get_int32(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, NULL) == host_id &&
+		frameq_get_int64(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, NULL) == epoch)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		ReleaseContext ctx;
+
+		memset(&ctx, 0, sizeof(ctx));
+		ctx.proc = proc;
+		ctx.have_exit = true;
+		ctx.exit_status = exit_status;
+		ctx.exit_signal = exit_signal;
+		ctx.have_rss = !PG_ARGISNULL(6);
+		ctx.max_rss = ctx.have_rss ? PG_GETARG_INT64(6) : 0;
+		if (frameq_get_bool(tup, desc, 3, NULL))
+		{
+			/* the process ended: that confirms the kill order */
+			ctx.reason = "killed";
+			ctx.new_state = checked_state(SPI_getvalue(tup, desc, 4));
+		}
+		else if (exit_status == 0 && exit_signal == 0)
+		{
+			ctx.reason = "completed";
+			ctx.new_state = "succeeded";
+		}
+		else
+		{
+			int32		retries = frameq_get_int32(tup, desc, 5, NULL);
+			int32		max_retries = frameq_get_int32(tup, desc, 6, NULL);
+			bool		auto_eat = frameq_get_bool(tup, desc, 7, NULL);
+
+			ctx.reason = "completed";
+			ctx.count_retry = true;
+			if (retries + 1 > max_retries)
+				ctx.new_state = auto_eat ? "eaten" : "dead";
+			else
+				ctx.new_state = "waiting";
+		}
+		frameq_release_with(&ctx);
+		answer = "accepted";
+	}
+	else
+	{
+		answer = "stale";
+		if (SPI_execute_plan(run_plan, args, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "frameq: run lookup failed");
+		if (SPI_processed == 1)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[0];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			bool		status_null;
+			bool		signal_null;
+			int32		st = frameq_get_int32(tup, desc, 4, &status_null);
+			int32		sig = frameq_get_int32(tup, desc, 5, &signal_null);
+
+			if (frameq_get_int32(tup, desc, 1, NULL) == host_id &&
+				frameq_get_int64(tup, desc, 2, NULL) == epoch &&
+				frameq_get_bool(tup, desc, 3, NULL) &&
+				!status_null && !signal_null &&
+				st == exit_status && sig == exit_signal)
+				answer = "duplicate";
+		}
+	}
+
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(answer));
+}
