@@ -9,10 +9,16 @@
  * frameq_require_preload() first so that a missing preload is reported as
  * such, not as a confusing failure further down.
  *
+ * The ledger is one per server, so frameq serves one database per server:
+ * the one named by frameq.database (where its background worker runs, as
+ * pg_cron does).  Using it from any other database is refused, or two
+ * databases' jobs would share counters.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "commands/dbcommands.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 
@@ -38,11 +44,28 @@ _PG_init(void)
 void
 frameq_require_preload(void)
 {
+	/* the database this backend has already been found to be frameq's */
+	static Oid	checked_database = InvalidOid;
+
 	if (!frameq_loaded_at_startup)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("frameq must be loaded via shared_preload_libraries"),
 				 errhint("Add frameq to shared_preload_libraries in postgresql.conf and restart the server.")));
+
+	if (checked_database != MyDatabaseId)
+	{
+		char	   *name = get_database_name(MyDatabaseId);
+
+		if (name == NULL || strcmp(name, frameq_database) != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("frameq can only be used in database \"%s\"", frameq_database),
+					 errdetail("This is database \"%s\"; frameq's caps ledger is shared by the whole server.",
+							   name ? name : "?"),
+					 errhint("Set frameq.database to the database that should run frameq and restart the server.")));
+		checked_database = MyDatabaseId;
+	}
 }
 
 PG_FUNCTION_INFO_V1(frameq_assert_preloaded);
