@@ -300,7 +300,8 @@ SELECT frameq._ledger_reset();
  */
 
 /* numeric cores -> centicores */
-CREATE FUNCTION frameq._cc(value numeric, field text, allow_zero bool DEFAULT true)
+CREATE FUNCTION frameq._cc(value numeric, field text, allow_zero bool DEFAULT true,
+						   maximum numeric DEFAULT 10000000)
 RETURNS int LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
 	IF value IS NULL THEN
@@ -311,10 +312,10 @@ BEGIN
 			CASE WHEN allow_zero THEN 'zero or more' ELSE 'positive' END, value
 			USING ERRCODE = 'invalid_parameter_value';
 	END IF;
-	IF value > 100000 THEN
+	IF value > maximum THEN
 		RAISE EXCEPTION '% is absurdly large: % cores', field, value
 			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'Cores are counted in cores, at most 100000.';
+				  HINT = format('At most %s cores here.', maximum);
 	END IF;
 	IF value * 100 <> trunc(value * 100) THEN
 		RAISE EXCEPTION '% must be a multiple of 0.01 cores, not %', field, value
@@ -557,7 +558,7 @@ RETURNS text LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
 	alloc_id int := frameq._allocation_id(allocation);
-	host_cc int := frameq._cc(frameq._not_null(cores, 'cores'), 'cores', false);
+	host_cc int := frameq._cc(frameq._not_null(cores, 'cores'), 'cores', false, 100000);
 	host_token text := frameq._random_token();
 BEGIN
 	PERFORM frameq._name(name, 'name');
@@ -855,13 +856,13 @@ BEGIN
 		END IF;
 
 		l_min_cc := l_min_cc || coalesce(frameq._cc(frameq._spec_value(layer, 'cores', path, 'number')::numeric,
-													path || '.cores', false), 100);
+													path || '.cores', false, 100000), 100);
 		l_threadable := l_threadable || frameq._spec_bool(layer, 'threadable', path, false);
 		v := frameq._spec_value(layer, 'cores_max', path, 'number');
 		IF v IS NULL THEN
 			l_max_cc := l_max_cc || l_min_cc[i + 1];
 		ELSE
-			l_max_cc := l_max_cc || frameq._cc(v::numeric, path || '.cores_max', false);
+			l_max_cc := l_max_cc || frameq._cc(v::numeric, path || '.cores_max', false, 100000);
 			IF l_max_cc[i + 1] < l_min_cc[i + 1] THEN
 				RAISE EXCEPTION '%.cores_max must not be below %.cores', path, path
 					USING ERRCODE = 'invalid_parameter_value';
