@@ -80,10 +80,10 @@ CREATE TABLE frameq.host (
 	idle_gpus	int NOT NULL,
 	idle_gpu_memory bigint NOT NULL,
 	registered_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-	CHECK (idle_cc BETWEEN 0 AND cores_cc),
-	CHECK (idle_memory BETWEEN 0 AND memory),
-	CHECK (idle_gpus BETWEEN 0 AND gpus),
-	CHECK (idle_gpu_memory BETWEEN 0 AND gpu_memory)
+	/* one constraint, not four: every booking re-checks it */
+	CONSTRAINT host_idle_within_capacity CHECK (
+		idle_cc BETWEEN 0 AND cores_cc AND idle_memory BETWEEN 0 AND memory AND
+		idle_gpus BETWEEN 0 AND gpus AND idle_gpu_memory BETWEEN 0 AND gpu_memory)
 );
 
 CREATE TABLE frameq.job (
@@ -156,17 +156,23 @@ CREATE INDEX frame_live ON frameq.frame (job, state)
  * sequence, so no failover can hand the same token out twice.  Every column
  * the release path needs (ledger keys, resources) is copied in at booking so
  * that a DELETE alone is enough to release.
+ *
+ * Only frame and host carry foreign keys: a booking locks and updates both
+ * rows anyway.  job, layer, show, folder and allocation are copies of the
+ * frame's and the host's; a foreign key on them would take a KEY SHARE lock
+ * on the same job, show and allocation rows in every concurrent booking,
+ * which is the hot row frameq exists to avoid.  check() verifies the copies.
  */
 CREATE TABLE frameq.proc (
 	id			bigint PRIMARY KEY CHECK (id > 0),
 	frame		bigint NOT NULL UNIQUE REFERENCES frameq.frame,
 	host		int NOT NULL REFERENCES frameq.host,
 	epoch		bigint NOT NULL,
-	job			bigint NOT NULL REFERENCES frameq.job,
-	layer		bigint NOT NULL REFERENCES frameq.layer,
-	show		int NOT NULL REFERENCES frameq.show,
-	folder		int REFERENCES frameq.folder,
-	allocation	int NOT NULL REFERENCES frameq.allocation,
+	job			bigint NOT NULL,
+	layer		bigint NOT NULL,
+	show		int NOT NULL,
+	folder		int,
+	allocation	int NOT NULL,
 	limits		int[] NOT NULL DEFAULT '{}',
 	cores_cc	int NOT NULL CHECK (cores_cc > 0),
 	memory		bigint NOT NULL CHECK (memory >= 0),
@@ -183,11 +189,11 @@ CREATE TABLE frameq.proc (
 );
 CREATE INDEX proc_host ON frameq.proc (host, state);
 
-/* one row per attempt, kept forever */
+/* one row per attempt, kept forever; job is the frame's (no key: see proc) */
 CREATE TABLE frameq.run (
 	proc		bigint PRIMARY KEY,
 	frame		bigint NOT NULL REFERENCES frameq.frame,
-	job			bigint NOT NULL REFERENCES frameq.job,
+	job			bigint NOT NULL,
 	host		int NOT NULL REFERENCES frameq.host,
 	epoch		bigint NOT NULL,
 	cores_cc	int NOT NULL,
@@ -1159,6 +1165,15 @@ BEGIN
 	SELECT 'one run at a time', format('proc %s holds frame %s, which is %s', p.id, f.id, f.state)
 	  FROM frameq.proc p JOIN frameq.frame f ON f.id = p.frame
 	 WHERE f.state <> 'running';
+
+	RETURN QUERY
+	SELECT 'accounting is exact', format('proc %s does not carry its frame''s job, layer, show, folder or allocation', p.id)
+	  FROM frameq.proc p
+	  JOIN frameq.frame f ON f.id = p.frame
+	  JOIN frameq.job j ON j.id = f.job
+	  JOIN frameq.host h ON h.id = p.host
+	 WHERE (p.job, p.layer, p.show, p.allocation) IS DISTINCT FROM (f.job, f.layer, j.show, h.allocation)
+		OR p.folder IS DISTINCT FROM j.folder;
 
 	RETURN QUERY
 	WITH actual AS (

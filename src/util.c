@@ -9,6 +9,7 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "nodes/parsenodes.h"
 #include "utils/builtins.h"
 #include "utils/numeric.h"
 
@@ -39,12 +40,15 @@ frameq_random_id(void)
 
 /*
  * Prepare a statement once per backend and keep its plan.  Callers hold
- * the result in a static variable.
+ * the result in a static variable.  The plan is generic: every statement
+ * here is an index probe whose best plan does not depend on the values, and
+ * re-planning for each call's parameters cost more than the probes.
  */
 SPIPlanPtr
 frameq_prepare(const char *sql, int nargs, Oid *argtypes)
 {
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes,
+										  CURSOR_OPT_GENERIC_PLAN);
 
 	if (plan == NULL)
 		elog(ERROR, "frameq: SPI_prepare failed (%s): %s",
