@@ -242,7 +242,7 @@ CREATE FUNCTION frameq.ledger(OUT kind text, OUT id bigint, OUT id2 bigint,
 	RETURNS SETOF record
 	AS 'MODULE_PATHNAME', 'frameq_ledger' LANGUAGE C VOLATILE STRICT;
 
-/* forget the ledger: the next booking rebuilds it from the proc table */
+/* forget the ledger and the dispatch hints: the next booking rebuilds the ledger */
 CREATE FUNCTION frameq._ledger_reset() RETURNS void
 	AS 'MODULE_PATHNAME', 'frameq_ledger_reset' LANGUAGE C VOLATILE STRICT;
 
@@ -258,6 +258,15 @@ CREATE FUNCTION frameq._release(proc bigint, reason text, new_state text,
 								count_retry bool DEFAULT false)
 	RETURNS bool
 	AS 'MODULE_PATHNAME', 'frameq_release_proc' LANGUAGE C VOLATILE STRICT;
+
+/* an SQL path made a frame waiting again: keep the layer's dispatch hint below it */
+CREATE FUNCTION frameq._frame_waiting(layer bigint, number int) RETURNS void
+	AS 'MODULE_PATHNAME', 'frameq_frame_waiting' LANGUAGE C VOLATILE STRICT;
+
+/* each layer's dispatch hint: no waiting frame has a lower number */
+CREATE FUNCTION frameq._dispatch_hints(OUT layer bigint, OUT low int)
+	RETURNS SETOF record
+	AS 'MODULE_PATHNAME', 'frameq_dispatch_hints' LANGUAGE C VOLATILE STRICT;
 
 CREATE FUNCTION frameq._proc_before() RETURNS trigger
 	AS 'MODULE_PATHNAME', 'frameq_proc_before' LANGUAGE C;
@@ -294,7 +303,7 @@ CREATE FUNCTION frameq.complete(host text, token text, epoch bigint, proc bigint
 	AS 'MODULE_PATHNAME', 'frameq_complete' LANGUAGE C VOLATILE
 	SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 
-/* the ledger is empty on a fresh install; forget anything a dropped copy left */
+/* a fresh install: forget what a dropped copy left in shared memory */
 SELECT frameq._ledger_reset();
 
 /*
@@ -1261,6 +1270,12 @@ BEGIN
 	SELECT 'every attempt is visible', format('run %s is open but its proc is gone', r.proc)
 	  FROM frameq.run r
 	 WHERE r.ended_at IS NULL AND NOT EXISTS (SELECT 1 FROM frameq.proc p WHERE p.id = r.proc);
+
+	RETURN QUERY
+	SELECT 'dispatch order', format('frame %s of layer %s is waiting below the layer''s dispatch hint %s',
+									f.id, f.layer, d.low)
+	  FROM frameq._dispatch_hints() d
+	  JOIN frameq.frame f ON f.layer = d.layer AND f.state = 'waiting' AND f.number < d.low;
 
 	RETURN QUERY
 	SELECT 'job state', format('job %s is finished but frame %s is %s', j.id, f.id, f.state)

@@ -503,19 +503,21 @@ book_layer(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
 
 	if (plan == NULL)
 	{
-		Oid			types[2] = {INT8OID, INT4OID};
+		Oid			types[3] = {INT8OID, INT4OID, INT4OID};
 
 		plan = frameq_prepare("SELECT id, number, version FROM frameq.frame"
-							  " WHERE layer = $1 AND state = 'waiting'"
+							  " WHERE layer = $1 AND state = 'waiting' AND number >= $3"
 							  " ORDER BY number LIMIT $2"
 							  " FOR UPDATE SKIP LOCKED",
-							  2, types);
+							  3, types);
 	}
 
 	while (host_has_room(st) && layer_fits(st, layer))
 	{
 		int			want = st->max_frames - st->booked;
-		Datum		args[2];
+		Datum		args[3];
+		int32		low;
+		DispatchStamp stamp;
 		int			ret;
 		int			n;
 		int64	   *frames;
@@ -528,8 +530,11 @@ book_layer(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
 		if (want <= 0)
 			break;
 
+		/* read the hint before the probe takes its snapshot: see dispatch.c */
+		frameq_dispatch_lookup(layer->id, &low, &stamp);
 		args[0] = Int64GetDatum(layer->id);
 		args[1] = Int32GetDatum(want);
+		args[2] = Int32GetDatum(low);
 		ret = SPI_execute_plan(plan, args, NULL, false, 0);
 		if (ret != SPI_OK_SELECT)
 			elog(ERROR, "frameq: frame probe failed: %s", SPI_result_code_string(ret));
@@ -547,14 +552,23 @@ book_layer(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
 		}
 		for (int i = 0; i < n; i++)
 		{
-			BookResult	r;
+			BookResult	r = SKIP_FRAME;
 
-			if (!host_has_room(st))
-				return SKIP_FRAME;
-			r = book_frame(st, show, job, layer, frames[i], numbers[i], versions[i]);
+			if (host_has_room(st))
+				r = book_frame(st, show, job, layer, frames[i], numbers[i], versions[i]);
 			if (r == BOOKED)
+			{
 				booked_any = true;
-			else if (r != SKIP_FRAME)
+				frameq_dispatch_booked(layer->id, numbers[i], &stamp);
+				continue;
+			}
+
+			/*
+			 * We hold this waiting frame's lock without booking it, so
+			 * concurrent probes skip it: keep the hint from passing it.
+			 */
+			frameq_dispatch_skipped(layer->id, numbers[i]);
+			if (r != SKIP_FRAME || !host_has_room(st))
 				return r;
 		}
 		if (!booked_any)

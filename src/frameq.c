@@ -39,6 +39,7 @@ _PG_init(void)
 	frameq_loaded_at_startup = true;
 	frameq_guc_init();
 	frameq_ledger_init();
+	frameq_dispatch_init();
 }
 
 void

@@ -101,6 +101,21 @@ extern void frameq_host_load(int32 host_id, FrameqHost *host);
 extern void frameq_host_check_epoch(const FrameqHost *host, const char *name,
 									int64 epoch);
 
+/* dispatch.c */
+typedef struct DispatchStamp
+{
+	uint64		cleared;
+	uint32		lowered;
+	bool		present;
+} DispatchStamp;
+
+extern void frameq_dispatch_init(void);
+extern void frameq_dispatch_lookup(int64 layer, int32 *low, DispatchStamp *stamp);
+extern void frameq_dispatch_booked(int64 layer, int32 number, const DispatchStamp *stamp);
+extern void frameq_dispatch_waiting(int64 layer, int32 number);
+extern void frameq_dispatch_skipped(int64 layer, int32 number);
+extern void frameq_dispatch_reset(void);
+
 /* release.c */
 typedef struct ReleaseContext
 {

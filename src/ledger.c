@@ -688,6 +688,7 @@ frameq_ledger_reset(PG_FUNCTION_ARGS)
 	LWLockAcquire(FrameqLedger->lock, LW_EXCLUSIVE);
 	pg_atomic_write_u64(&FrameqLedger->valid_generation, 0);
 	LWLockRelease(FrameqLedger->lock);
+	frameq_dispatch_reset();
 	PG_RETURN_VOID();
 }
 

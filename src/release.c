@@ -505,20 +505,25 @@ frameq_proc_after_delete(PG_FUNCTION_ARGS)
 		frame_plan = frameq_prepare("UPDATE frameq.frame"
 									"   SET state = $2, retries = retries + $3,"
 									"       version = version + 1"
-									" WHERE id = $1 AND state = 'running'",
+									" WHERE id = $1 AND state = 'running'"
+									" RETURNING number",
 									3, types);
 	}
 	args[0] = Int64GetDatum(p.frame);
 	args[1] = CStringGetTextDatum(ctx.new_state);
 	args[2] = Int32GetDatum(ctx.count_retry ? 1 : 0);
 	ret = SPI_execute_plan(frame_plan, args, NULL, false, 0);
-	if (ret != SPI_OK_UPDATE)
+	if (ret != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "frameq: frame release failed: %s", SPI_result_code_string(ret));
 	if (SPI_processed != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("frame %lld of proc %lld is not running", (long long) p.frame,
 						(long long) p.id)));
+	if (strcmp(ctx.new_state, "waiting") == 0)
+		frameq_dispatch_waiting(p.layer,
+								frameq_get_int32(SPI_tuptable->vals[0],
+												 SPI_tuptable->tupdesc, 1, NULL));
 
 	if (state_is_terminal(ctx.new_state))
 		maybe_finish_job(p.job);
