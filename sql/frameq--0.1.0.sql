@@ -242,6 +242,12 @@ CREATE FUNCTION frameq.ledger(OUT kind text, OUT id bigint, OUT id2 bigint,
 	RETURNS SETOF record
 	AS 'MODULE_PATHNAME', 'frameq_ledger' LANGUAGE C VOLATILE STRICT;
 
+/* this session's releases not yet applied to the ledger (they apply at commit) */
+CREATE FUNCTION frameq._ledger_pending(OUT kind text, OUT id bigint, OUT id2 bigint,
+									   OUT used_cc int, OUT used_gpus int, OUT running int)
+	RETURNS SETOF record
+	AS 'MODULE_PATHNAME', 'frameq_ledger_pending' LANGUAGE C VOLATILE STRICT;
+
 /* forget the ledger and the dispatch hints: the next booking rebuilds the ledger */
 CREATE FUNCTION frameq._ledger_reset() RETURNS void
 	AS 'MODULE_PATHNAME', 'frameq_ledger_reset' LANGUAGE C VOLATILE STRICT;
@@ -816,8 +822,11 @@ BEGIN
 		RAISE EXCEPTION 'spec.name is required' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
 	job_name := v #>> '{}';
-	IF length(job_name) > 200 THEN
-		RAISE EXCEPTION 'spec.name is longer than 200 characters' USING ERRCODE = 'invalid_parameter_value';
+	/* names reach shell commands through #JOB#: no spaces or shell characters */
+	IF job_name !~ '^[A-Za-z0-9_.:@+-]{1,200}$' THEN
+		RAISE EXCEPTION 'spec.name "%" is not a valid job name', job_name
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Job names are 1 to 200 letters, digits and _ . : @ + -.';
 	END IF;
 	priority := frameq._spec_int(spec, 'priority', 'spec', 0, -1000000, 1000000);
 	max_retries := frameq._spec_int(spec, 'max_retries', 'spec', 3, 0, 1000);
@@ -845,6 +854,11 @@ BEGIN
 		v := frameq._spec_value(layer, 'name', path, 'string');
 		IF v IS NULL OR v #>> '{}' = '' THEN
 			RAISE EXCEPTION '%.name is required', path USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		IF (v #>> '{}') !~ '^[A-Za-z0-9_.:@+-]{1,100}$' THEN
+			RAISE EXCEPTION '%.name "%" is not a valid layer name', path, v #>> '{}'
+				USING ERRCODE = 'invalid_parameter_value',
+					  HINT = 'Layer names are 1 to 100 letters, digits and _ . : @ + -.';
 		END IF;
 		IF (v #>> '{}') = ANY (l_name) THEN
 			RAISE EXCEPTION '%.name "%" is used by an earlier layer', path, v #>> '{}'
@@ -1204,7 +1218,14 @@ BEGIN
 				  coalesce(l.used_cc, 0), coalesce(l.used_gpus, 0), coalesce(l.running, 0),
 				  coalesce(a.cc, 0), coalesce(a.gpus, 0), coalesce(a.n, 0))
 	  FROM actual a
-	  FULL JOIN frameq.ledger() l ON l.kind = a.kind AND l.id = a.id AND l.id2 = a.id2
+	  FULL JOIN (
+		/* the ledger as it will be when this transaction's releases apply */
+		SELECT x.kind, x.id, x.id2, sum(x.used_cc)::int AS used_cc,
+			   sum(x.used_gpus)::int AS used_gpus, sum(x.running)::int AS running
+		  FROM (SELECT * FROM frameq.ledger() UNION ALL SELECT * FROM frameq._ledger_pending()) x
+		 GROUP BY x.kind, x.id, x.id2
+		HAVING sum(x.used_cc) <> 0 OR sum(x.used_gpus) <> 0 OR sum(x.running) <> 0
+	  ) l ON l.kind = a.kind AND l.id = a.id AND l.id2 = a.id2
 	 WHERE coalesce(a.cc, 0) <> coalesce(l.used_cc, 0)
 		OR coalesce(a.gpus, 0) <> coalesce(l.used_gpus, 0)
 		OR coalesce(a.n, 0) <> coalesce(l.running, 0);

@@ -125,6 +125,24 @@ dispatch_shmem_startup(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
+/*
+ * Enter a layer, refusing to grow past frameq.ledger_size entries (a shared
+ * hash would otherwise eat the server's spare shared memory).  Lock held
+ * exclusively.
+ */
+static DispatchEntry *
+enter(int64 layer, bool *found)
+{
+	DispatchEntry *e = hash_search(DispatchHash, &layer, HASH_FIND, NULL);
+
+	*found = (e != NULL);
+	if (e != NULL)
+		return e;
+	if (hash_get_num_entries(DispatchHash) >= frameq_ledger_size)
+		return NULL;
+	return hash_search(DispatchHash, &layer, HASH_ENTER_NULL, found);
+}
+
 /* drop every hint; lock held exclusively */
 static void
 clear_all(void)
@@ -145,7 +163,7 @@ lower(int64 layer, int32 number)
 	DispatchEntry *e;
 	bool		found;
 
-	e = hash_search(DispatchHash, &layer, HASH_ENTER_NULL, &found);
+	e = enter(layer, &found);
 	if (e == NULL)
 	{
 		clear_all();
@@ -248,7 +266,7 @@ raise_hint(int64 layer, int32 number, const DispatchStamp *stamp)
 	{
 		if (stamp->present)
 			return;				/* dropped since: it may have been lowered */
-		e = hash_search(DispatchHash, &layer, HASH_ENTER_NULL, &found);
+		e = enter(layer, &found);
 		if (e == NULL)
 		{
 			clear_all();

@@ -170,6 +170,24 @@ ledger_shmem_startup(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
+/*
+ * Enter a key, refusing to grow past frameq.ledger_size entries: a shared
+ * hash table would otherwise keep taking the server's spare shared memory,
+ * which the lock manager needs.  Lock held exclusively.
+ */
+static LedgerEntry *
+ledger_enter(const LedgerKey *key, bool *found)
+{
+	LedgerEntry *entry = hash_search(LedgerHash, key, HASH_FIND, NULL);
+
+	*found = (entry != NULL);
+	if (entry != NULL)
+		return entry;
+	if (hash_get_num_entries(LedgerHash) >= frameq_ledger_size)
+		return NULL;
+	return hash_search(LedgerHash, key, HASH_ENTER_NULL, found);
+}
+
 static inline void
 make_key(LedgerKey *key, LedgerKind kind, int64 id, int64 id2)
 {
@@ -220,7 +238,11 @@ apply_delta(const LedgerKey *key, int32 cc, int32 gpus, int32 running)
 	LedgerEntry *entry;
 	bool		found;
 
-	entry = hash_search(LedgerHash, key, HASH_ENTER_NULL, &found);
+	entry = hash_search(LedgerHash, key, HASH_FIND, NULL);
+	if (entry == NULL)
+		entry = ledger_enter(key, &found);
+	else
+		found = true;
 	if (entry == NULL)
 		return;					/* only reachable for a decrement of a
 								 * missing entry in a full table: nothing to
@@ -461,7 +483,9 @@ ledger_rebuild(void)
 		hash_search(LedgerHash, &entry->key, HASH_REMOVE, NULL);
 	for (uint64 i = 0; i < nrows; i++)
 	{
-		entry = hash_search(LedgerHash, &rows[i].key, HASH_ENTER_NULL, NULL);
+		bool		found;
+
+		entry = ledger_enter(&rows[i].key, &found);
 		if (entry == NULL)
 			break;				/* cannot happen: size checked above */
 		entry->used_cc = rows[i].cc;
@@ -521,7 +545,7 @@ frameq_ledger_try_charge(const LedgerItem *items, int nitems,
 	{
 		bool		found;
 
-		entries[i] = hash_search(LedgerHash, &keys[i], HASH_ENTER_NULL, &found);
+		entries[i] = ledger_enter(&keys[i], &found);
 		if (entries[i] == NULL)
 		{
 			LWLockRelease(FrameqLedger->lock);
@@ -674,6 +698,42 @@ frameq_ledger(PG_FUNCTION_ARGS)
 		values[3] = Int32GetDatum(copy[i].used_cc);
 		values[4] = Int32GetDatum(copy[i].used_gpus);
 		values[5] = Int32GetDatum(copy[i].running);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+PG_FUNCTION_INFO_V1(frameq_ledger_pending);
+
+/*
+ * This session's releases that the ledger will apply when its transaction
+ * commits: check() adds them so that it can run in a transaction that has
+ * released procs.
+ */
+Datum
+frameq_ledger_pending(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	uint64		current = pg_atomic_read_u64(&FrameqLedger->valid_generation);
+	static const char *const kinds[] = {NULL, "subscription", "folder", "job", "limit"};
+
+	frameq_require_preload();
+	InitMaterializedSRF(fcinfo, 0);
+	for (int i = 0; i < ledger_log_len; i++)
+	{
+		LedgerLogEntry *e = &ledger_log[i];
+		Datum		values[6];
+		bool		nulls[6] = {0};
+
+		if (e->applied || e->generation != current ||
+			e->key.kind < 1 || e->key.kind > 4)
+			continue;
+		values[0] = CStringGetTextDatum(kinds[e->key.kind]);
+		values[1] = Int64GetDatum(e->key.id);
+		values[2] = Int64GetDatum(e->key.id2);
+		values[3] = Int32GetDatum(e->cc);
+		values[4] = Int32GetDatum(e->gpus);
+		values[5] = Int32GetDatum(e->running);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

@@ -146,6 +146,69 @@ proc_items(const ProcRow *p, LedgerItem *items)
 }
 
 /*
+ * A proc inserted by something other than reserve() must describe its frame
+ * truthfully, and its frame must be bookable: reserve() has checked both
+ * already, a direct INSERT has not.  Start the frame as reserve() would.
+ */
+static void
+check_direct_insert(const ProcRow *p)
+{
+	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr start_plan = NULL;
+	Datum		args[2];
+	HeapTuple	tup;
+	TupleDesc	desc;
+	char	   *state;
+	bool		folder_null;
+	int32		folder;
+
+	if (plan == NULL)
+	{
+		Oid			types[2] = {INT8OID, INT4OID};
+
+		plan = frameq_prepare("SELECT f.state, f.job, f.layer, j.show, j.folder, h.allocation"
+							  "  FROM frameq.frame f"
+							  "  JOIN frameq.job j ON j.id = f.job"
+							  "  JOIN frameq.host h ON h.id = $2"
+							  " WHERE f.id = $1"
+							  "   FOR NO KEY UPDATE OF f",
+							  2, types);
+		start_plan = frameq_prepare("UPDATE frameq.frame"
+									"   SET state = 'running', version = version + 1,"
+									"       attempts = attempts + 1"
+									" WHERE id = $1",
+									1, types);
+	}
+	args[0] = Int64GetDatum(p->frame);
+	args[1] = Int32GetDatum(p->host);
+	if (SPI_execute_plan(plan, args, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "frameq: frame %lld of proc %lld not found", (long long) p->frame,
+			 (long long) p->id);
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	state = SPI_getvalue(tup, desc, 1);
+	folder = frameq_get_int32(tup, desc, 5, &folder_null);
+	if (frameq_get_int64(tup, desc, 2, NULL) != p->job ||
+		frameq_get_int64(tup, desc, 3, NULL) != p->layer ||
+		frameq_get_int32(tup, desc, 4, NULL) != p->show ||
+		folder_null == p->has_folder || (!folder_null && folder != p->folder) ||
+		frameq_get_int32(tup, desc, 6, NULL) != p->allocation)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION),
+				 errmsg("proc %lld does not carry the job, layer, show, folder and allocation of frame %lld and host %d",
+						(long long) p->id, (long long) p->frame, p->host)));
+	if (strcmp(state, "waiting") == 0)
+	{
+		if (SPI_execute_plan(start_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "frameq: frame start failed");
+	}
+	else if (strcmp(state, "running") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("frame %lld is %s and cannot be booked", (long long) p->frame, state)));
+}
+
+/*
  * A proc inserted by something other than reserve(): look its caps up and
  * charge them here, refusing the insert if any would be exceeded.
  */
@@ -158,6 +221,8 @@ charge_direct_insert(const ProcRow *p, LedgerItem *items, int nitems)
 	HeapTuple	tup;
 	TupleDesc	desc;
 	int			failed;
+
+	check_direct_insert(p);
 
 	if (plan == NULL)
 	{
