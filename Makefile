@@ -17,3 +17,8 @@ DATA = $(wildcard sql/$(EXTENSION)--*.sql)
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# the README's main-job command: a throwaway farm running a job to completion
+.PHONY: demo
+demo:
+	demo/run
