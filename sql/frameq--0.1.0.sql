@@ -69,6 +69,8 @@ CREATE TABLE frameq.host (
 	tags		text[] NOT NULL DEFAULT '{}',
 	token_hash	bytea NOT NULL,
 	state		text NOT NULL DEFAULT 'up' CHECK (state IN ('up', 'down', 'repair')),
+	/* who put it down: an operator, or the loss of its lease (attach lifts that) */
+	down_reason text CHECK (down_reason IN ('operator', 'lease_lost')),
 	/* lease: epoch 0 means never attached */
 	epoch		bigint NOT NULL DEFAULT 0 CHECK (epoch >= 0),
 	boot_id		text,
@@ -412,23 +414,48 @@ BEGIN
 END
 $$;
 
-/* check a host's token; returns the host row locked against concurrent attach */
-CREATE FUNCTION frameq._host_auth(host text, token text) RETURNS frameq.host
+/*
+ * Check a host's token and take the host's lock: the two-key advisory lock
+ * that reserve() tries, the background worker's lease expiry takes, and
+ * attach() and heartbeat() wait for.  It orders everything that changes a
+ * host's lease or books onto it.  Lock order everywhere: this lock, then
+ * proc rows, then the host row.  Returns the host row read after locking.
+ */
+CREATE FUNCTION frameq._host_lock(host text, token text) RETURNS frameq.host
 LANGUAGE plpgsql AS $$
-#variable_conflict use_column
 DECLARE
+	host_id int;
 	h frameq.host;
 BEGIN
-	SELECT * INTO h FROM frameq.host x WHERE x.name = frameq._not_null(_host_auth.host, 'host')
-	   FOR NO KEY UPDATE;
+	SELECT x.id INTO host_id FROM frameq.host x WHERE x.name = frameq._not_null(_host_lock.host, 'host');
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'host "%" is not registered', host
 			USING ERRCODE = 'undefined_object',
 				  HINT = 'Register it with frameq.register_host().';
 	END IF;
+	PERFORM pg_advisory_xact_lock(18001, host_id);		/* 18001 = 0x4651, "FQ" */
+	SELECT * INTO h FROM frameq.host x WHERE x.id = host_id;
 	IF token IS NULL OR h.token_hash <> sha256(convert_to(token, 'UTF8')) THEN
 		RAISE EXCEPTION 'invalid token for host "%"', host USING ERRCODE = 'invalid_password';
 	END IF;
+	RETURN h;
+END
+$$;
+
+/* an operator names a host: lock it as above, without a token */
+CREATE FUNCTION frameq._host_lock_by_name(host text) RETURNS frameq.host
+LANGUAGE plpgsql AS $$
+DECLARE
+	host_id int;
+	h frameq.host;
+BEGIN
+	SELECT x.id INTO host_id FROM frameq.host x
+	 WHERE x.name = frameq._not_null(_host_lock_by_name.host, 'host');
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'host "%" is not registered', host USING ERRCODE = 'undefined_object';
+	END IF;
+	PERFORM pg_advisory_xact_lock(18001, host_id);
+	SELECT * INTO h FROM frameq.host x WHERE x.id = host_id;
 	RETURN h;
 END
 $$;
@@ -1007,7 +1034,7 @@ CREATE FUNCTION frameq.attach(host text, token text, boot_id text,
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-	h frameq.host := frameq._host_auth(host, token);
+	h frameq.host := frameq._host_lock(host, token);
 	p record;
 BEGIN
 	PERFORM frameq._not_null(boot_id, 'boot_id');
@@ -1029,7 +1056,10 @@ BEGIN
 	lease_ttl := frameq._lease_ttl();
 	UPDATE frameq.host x SET epoch = h.epoch + 1, boot_id = attach.boot_id,
 		   lease_expires_at = clock_timestamp() + attach.lease_ttl,
-		   last_renewal_at = clock_timestamp()
+		   last_renewal_at = clock_timestamp(),
+		   /* a host down only because it lost its lease is back */
+		   state = CASE WHEN x.down_reason = 'lease_lost' THEN 'up' ELSE x.state END,
+		   down_reason = CASE WHEN x.down_reason = 'lease_lost' THEN NULL ELSE x.down_reason END
 	 WHERE x.id = h.id;
 	epoch := h.epoch + 1;
 	kill := ARRAY(SELECT x.id FROM frameq.proc x WHERE x.host = h.id ORDER BY x.id);
@@ -1041,7 +1071,7 @@ CREATE FUNCTION frameq.heartbeat(host text, token text, epoch bigint, running bi
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-	h frameq.host := frameq._host_auth(host, token);
+	h frameq.host := frameq._host_lock(host, token);
 	p record;
 	zombies bigint[];
 BEGIN
@@ -1089,6 +1119,208 @@ $$;
 CREATE FUNCTION frameq.owns(proc bigint) RETURNS boolean
 LANGUAGE sql STABLE AS $$
 	SELECT EXISTS (SELECT 1 FROM frameq.proc p WHERE p.id = owns.proc AND p.state = 'running')
+$$;
+
+/*
+ * ---------------------------------------------------------------------
+ * Operator actions.  None of them ever releases a running frame: each
+ * turns its proc into a kill order (state 'killing', with the frame state
+ * wanted on release).  The frame keeps its proc, and counts against every
+ * cap and its host, until the host confirms the kill (heartbeat, complete),
+ * its lease provably expires, it attaches after a reboot, or an operator
+ * calls confirm_host_dead().  On a frame that is not running they act at
+ * once.
+ * ---------------------------------------------------------------------
+ */
+
+CREATE FUNCTION frameq._finish_job_if_done(job bigint) RETURNS void
+	AS 'MODULE_PATHNAME', 'frameq_finish_job_if_done' LANGUAGE C VOLATILE STRICT;
+
+/* turn a proc into a kill order; a later order replaces the wanted end state */
+CREATE FUNCTION frameq._kill_order(proc bigint, reason text, want text) RETURNS bool
+LANGUAGE plpgsql AS $$
+BEGIN
+	UPDATE frameq.proc x
+	   SET state = 'killing', kill_reason = _kill_order.reason, want_state = want,
+		   kill_at = coalesce(x.kill_at, clock_timestamp())
+	 WHERE x.id = _kill_order.proc;
+	RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION frameq._reason(reason text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+	PERFORM frameq._not_null(reason, 'reason');
+	IF reason = '' OR length(reason) > 500 THEN
+		RAISE EXCEPTION 'reason must be 1 to 500 characters' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	RETURN reason;
+END
+$$;
+
+/*
+ * Act on one frame: order its proc killed if it is running, or move it from
+ * one of the states in "from" to "target" at once.  Lock order is the one
+ * complete() uses (proc row, then frame row); a frame booked or released
+ * between the two looks is looked at again.  Returns what was done.
+ */
+CREATE FUNCTION frameq._frame_action(frame bigint, reason text, want text, from_states text[],
+									 target text)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+	f frameq.frame;
+	p bigint;
+BEGIN
+	FOR attempt IN 1 .. 100 LOOP
+		SELECT x.id INTO p FROM frameq.proc x WHERE x.frame = _frame_action.frame;
+		IF FOUND AND frameq._kill_order(p, reason, want) THEN
+			RETURN 'kill order';
+		END IF;
+		UPDATE frameq.frame x SET state = target, version = x.version + 1
+		 WHERE x.id = _frame_action.frame AND x.state = ANY (from_states)
+		RETURNING * INTO f;
+		IF FOUND THEN
+			IF target = 'waiting' THEN
+				PERFORM frameq._frame_waiting(f.layer, f.number);
+				UPDATE frameq.job j SET state = 'active', finished_at = NULL
+				 WHERE j.id = f.job AND j.state = 'finished';
+			ELSE
+				PERFORM frameq._finish_job_if_done(f.job);
+			END IF;
+			RETURN target;
+		END IF;
+		SELECT * INTO f FROM frameq.frame x WHERE x.id = _frame_action.frame;
+		IF NOT FOUND THEN
+			RAISE EXCEPTION 'frame % does not exist', frame USING ERRCODE = 'undefined_object';
+		END IF;
+		IF f.state <> 'running' THEN
+			RETURN 'nothing';	/* already in a state this action leaves alone */
+		END IF;
+		/* running but its proc went away between our looks: look again */
+	END LOOP;
+	RAISE EXCEPTION 'frame % kept changing state', frame USING ERRCODE = 'lock_not_available';
+END
+$$;
+
+CREATE FUNCTION frameq.kill_frame(frame bigint, reason text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+	st text;
+BEGIN
+	PERFORM frameq._reason(reason);
+	SELECT x.state INTO st FROM frameq.frame x WHERE x.id = frameq._not_null(kill_frame.frame, 'frame');
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'frame % does not exist', frame USING ERRCODE = 'undefined_object';
+	END IF;
+	IF st IN ('succeeded', 'eaten') THEN
+		RAISE EXCEPTION 'frame % is %: there is nothing to kill', frame, st
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	PERFORM frameq._frame_action(frame, reason, 'dead', ARRAY['waiting', 'depend'], 'dead');
+END
+$$;
+
+CREATE FUNCTION frameq.retry_frame(frame bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM frameq.frame x WHERE x.id = frameq._not_null(retry_frame.frame, 'frame')) THEN
+		RAISE EXCEPTION 'frame % does not exist', frame USING ERRCODE = 'undefined_object';
+	END IF;
+	IF EXISTS (SELECT 1 FROM frameq.frame x JOIN frameq.job j ON j.id = x.job
+				WHERE x.id = retry_frame.frame AND j.state = 'killed') THEN
+		RAISE EXCEPTION 'frame % belongs to a killed job', frame
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	PERFORM frameq._frame_action(frame, 'retried by operator', 'waiting',
+								 ARRAY['succeeded', 'dead', 'eaten'], 'waiting');
+END
+$$;
+
+CREATE FUNCTION frameq.eat_frame(frame bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+	st text;
+BEGIN
+	SELECT x.state INTO st FROM frameq.frame x WHERE x.id = frameq._not_null(eat_frame.frame, 'frame');
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'frame % does not exist', frame USING ERRCODE = 'undefined_object';
+	END IF;
+	IF st = 'succeeded' THEN
+		RAISE EXCEPTION 'frame % succeeded: there is nothing to eat', frame
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	PERFORM frameq._frame_action(frame, 'eaten by operator', 'eaten',
+								 ARRAY['waiting', 'depend', 'dead'], 'eaten');
+END
+$$;
+
+CREATE FUNCTION frameq.kill_job(job bigint, reason text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+	j frameq.job;
+	f bigint;
+BEGIN
+	PERFORM frameq._reason(reason);
+	SELECT * INTO j FROM frameq.job x WHERE x.id = frameq._not_null(kill_job.job, 'job')
+	   FOR NO KEY UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	IF j.state = 'finished' THEN
+		RAISE EXCEPTION 'job % is finished: there is nothing to kill', job
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	/* no new bookings from here on: the job is no longer active */
+	UPDATE frameq.job x SET state = 'killed', finished_at = clock_timestamp() WHERE x.id = j.id;
+	FOR f IN SELECT x.id FROM frameq.frame x
+			  WHERE x.job = j.id AND x.state IN ('waiting', 'depend', 'running') ORDER BY x.id LOOP
+		PERFORM frameq._frame_action(f, reason, 'dead', ARRAY['waiting', 'depend'], 'dead');
+	END LOOP;
+END
+$$;
+
+CREATE FUNCTION frameq.set_host_state(host text, state text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+	h frameq.host;
+BEGIN
+	IF state IS NULL OR state NOT IN ('up', 'down', 'repair') THEN
+		RAISE EXCEPTION 'state must be up, down or repair, not %', coalesce(state, 'null')
+			USING ERRCODE = CASE WHEN state IS NULL THEN 'null_value_not_allowed'
+								 ELSE 'invalid_parameter_value' END;
+	END IF;
+	h := frameq._host_lock_by_name(host);
+	IF state <> 'up' THEN
+		/* its work is ordered killed; the frames stay held until that is confirmed */
+		PERFORM frameq._kill_order(x.id, format('host set %s', set_host_state.state), 'waiting')
+		   FROM frameq.proc x WHERE x.host = h.id AND x.state = 'running';
+	END IF;
+	UPDATE frameq.host x SET state = set_host_state.state,
+		   down_reason = CASE WHEN set_host_state.state = 'up' THEN NULL ELSE 'operator' END
+	 WHERE x.id = h.id;
+END
+$$;
+
+/*
+ * The operator asserts the machine is off: release its procs now.  The
+ * host's epoch moves on, so anything of it that still reports is fenced.
+ */
+CREATE FUNCTION frameq.confirm_host_dead(host text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+	h frameq.host := frameq._host_lock_by_name(host);
+	p record;
+BEGIN
+	FOR p IN SELECT x.id, x.state, x.want_state FROM frameq.proc x WHERE x.host = h.id ORDER BY x.id LOOP
+		PERFORM frameq._release(p.id, 'operator',
+								CASE WHEN p.state = 'killing' THEN p.want_state ELSE 'waiting' END);
+	END LOOP;
+	UPDATE frameq.host x SET epoch = x.epoch + 1, lease_expires_at = NULL,
+		   state = CASE WHEN x.state = 'up' THEN 'down' ELSE x.state END,
+		   down_reason = CASE WHEN x.state = 'up' THEN 'operator' ELSE x.down_reason END
+	 WHERE x.id = h.id;
+END
 $$;
 
 /*
@@ -1344,7 +1576,9 @@ BEGIN
 		'attach(text,text,text)', 'heartbeat(text,text,bigint,bigint[])',
 		'reserve(text,text,bigint,integer)',
 		'complete(text,text,bigint,bigint,integer,integer,bigint)',
-		'owns(bigint)', 'check()', 'ledger()'] LOOP
+		'owns(bigint)', 'check()', 'ledger()',
+		'kill_frame(bigint,text)', 'retry_frame(bigint)', 'eat_frame(bigint)',
+		'kill_job(bigint,text)', 'set_host_state(text,text)', 'confirm_host_dead(text)'] LOOP
 		EXECUTE format('ALTER FUNCTION frameq.%s SECURITY DEFINER SET search_path = pg_catalog, pg_temp', f);
 	END LOOP;
 END
@@ -1356,7 +1590,10 @@ GRANT EXECUTE ON FUNCTION
 	frameq.create_folder(text, text, numeric, int), frameq.set_folder_limits(int, numeric, int),
 	frameq.create_limit(text, int), frameq.set_limit(text, int),
 	frameq.register_host(text, text, numeric, bigint, int, bigint, text[]),
-	frameq.submit(jsonb), frameq.set_job(bigint, int, numeric, int, bool, bool)
+	frameq.submit(jsonb), frameq.set_job(bigint, int, numeric, int, bool, bool),
+	frameq.kill_frame(bigint, text), frameq.retry_frame(bigint), frameq.eat_frame(bigint),
+	frameq.kill_job(bigint, text), frameq.set_host_state(text, text),
+	frameq.confirm_host_dead(text)
 	TO frameq_admin;
 GRANT EXECUTE ON FUNCTION
 	frameq.attach(text, text, text), frameq.heartbeat(text, text, bigint, bigint[]),

@@ -727,6 +727,20 @@ checked_reason(const char *reason)
 	return NULL;
 }
 
+PG_FUNCTION_INFO_V1(frameq_finish_job_if_done);
+
+/* frameq._finish_job_if_done(job): for SQL paths that end frames directly */
+Datum
+frameq_finish_job_if_done(PG_FUNCTION_ARGS)
+{
+	frameq_require_preload();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "frameq: SPI_connect failed");
+	maybe_finish_job(PG_GETARG_INT64(0));
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
 PG_FUNCTION_INFO_V1(frameq_release_proc);
 
 /* frameq._release(proc, reason, new_state, count_retry): for SQL paths */
