@@ -10,7 +10,8 @@ OBJS = \
 	src/booking.o \
 	src/dispatch.o \
 	src/release.o \
-	src/util.o
+	src/util.o \
+	src/worker.o
 
 DATA = $(wildcard sql/$(EXTENSION)--*.sql)
 

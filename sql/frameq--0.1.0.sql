@@ -1325,6 +1325,96 @@ $$;
 
 /*
  * ---------------------------------------------------------------------
+ * The background worker's steps (src/worker.c runs them, one transaction
+ * per round)
+ * ---------------------------------------------------------------------
+ */
+
+/* the lease period: lease_ttl * (1 + clock_drift) + lease_margin */
+CREATE FUNCTION frameq.lease_period() RETURNS interval
+LANGUAGE sql STABLE AS $$
+	SELECT current_setting('frameq.lease_ttl')::interval
+		   * (1 + current_setting('frameq.clock_drift')::float8)
+		   + current_setting('frameq.lease_margin')::interval
+$$;
+
+/* after a start or a clock jump: every current lease runs a full ttl from now */
+CREATE FUNCTION frameq._rearm_leases() RETURNS bigint
+LANGUAGE sql AS $$
+	WITH r AS (
+		UPDATE frameq.host SET lease_expires_at = clock_timestamp() + frameq._lease_ttl()
+		 WHERE lease_expires_at IS NOT NULL RETURNING 1)
+	SELECT count(*) FROM r
+$$;
+
+/*
+ * Hosts whose last renewal (or "since", the server's start or last clock
+ * jump, if later) is more than a lease period old have lost their lease:
+ * release their procs as host_lost, move their epoch on, mark them down.
+ * Each host is re-checked under its lock, so a heartbeat that got there
+ * first wins.
+ */
+CREATE FUNCTION frameq._expire_leases(since timestamptz) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+	period interval := frameq.lease_period();
+	candidate int;
+	h frameq.host;
+	p record;
+	n bigint := 0;
+BEGIN
+	FOR candidate IN SELECT x.id FROM frameq.host x
+					  WHERE x.lease_expires_at IS NOT NULL
+						AND greatest(x.last_renewal_at, since) + period < clock_timestamp()
+					  ORDER BY x.id LOOP
+		PERFORM pg_advisory_xact_lock(18001, candidate);
+		SELECT * INTO h FROM frameq.host x WHERE x.id = candidate;
+		CONTINUE WHEN h.lease_expires_at IS NULL
+				   OR greatest(h.last_renewal_at, since) + period >= clock_timestamp();
+		FOR p IN SELECT x.id, x.state, x.want_state FROM frameq.proc x
+				  WHERE x.host = h.id ORDER BY x.id LOOP
+			PERFORM frameq._release(p.id, 'host_lost',
+									CASE WHEN p.state = 'killing' THEN p.want_state ELSE 'waiting' END);
+		END LOOP;
+		UPDATE frameq.host x SET lease_expires_at = NULL, epoch = x.epoch + 1,
+			   state = CASE WHEN x.state = 'up' THEN 'down' ELSE x.state END,
+			   down_reason = CASE WHEN x.state = 'up' THEN 'lease_lost' ELSE x.down_reason END
+		 WHERE x.id = h.id;
+		n := n + 1;
+	END LOOP;
+	RETURN n;
+END
+$$;
+
+/* announce every kill order not yet sent, or not confirmed since the last send */
+CREATE FUNCTION frameq._send_kills(resend_ms int) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+	p record;
+	n bigint := 0;
+BEGIN
+	FOR p IN WITH due AS (
+				UPDATE frameq.proc x SET kill_sent_at = clock_timestamp()
+				 WHERE x.state = 'killing'
+				   AND (x.kill_sent_at IS NULL
+						OR x.kill_sent_at <= clock_timestamp() - make_interval(secs => resend_ms / 1000.0))
+				RETURNING x.id, x.host, x.kill_reason)
+			 SELECT * FROM due ORDER BY host, id LOOP
+		PERFORM pg_notify('frameq_host_' || p.host,
+						  json_build_object('proc', p.id, 'reason', p.kill_reason)::text);
+		n := n + 1;
+	END LOOP;
+	RETURN n;
+END
+$$;
+
+CREATE FUNCTION frameq.worker_status(OUT started bool, OUT quarantine_start timestamptz,
+									 OUT quarantine_until timestamptz,
+									 OUT leases_since timestamptz)
+	AS 'MODULE_PATHNAME', 'frameq_worker_status' LANGUAGE C VOLATILE STRICT;
+
+/*
+ * ---------------------------------------------------------------------
  * Observation
  * ---------------------------------------------------------------------
  */
@@ -1578,7 +1668,8 @@ BEGIN
 		'complete(text,text,bigint,bigint,integer,integer,bigint)',
 		'owns(bigint)', 'check()', 'ledger()',
 		'kill_frame(bigint,text)', 'retry_frame(bigint)', 'eat_frame(bigint)',
-		'kill_job(bigint,text)', 'set_host_state(text,text)', 'confirm_host_dead(text)'] LOOP
+		'kill_job(bigint,text)', 'set_host_state(text,text)', 'confirm_host_dead(text)',
+		'worker_status()'] LOOP
 		EXECUTE format('ALTER FUNCTION frameq.%s SECURITY DEFINER SET search_path = pg_catalog, pg_temp', f);
 	END LOOP;
 END
@@ -1601,6 +1692,7 @@ GRANT EXECUTE ON FUNCTION
 	frameq.complete(text, text, bigint, bigint, int, int, bigint)
 	TO frameq_agent;
 GRANT EXECUTE ON FUNCTION frameq.owns(bigint) TO frameq_agent, frameq_reader;
-GRANT EXECUTE ON FUNCTION frameq.check(), frameq.ledger() TO frameq_reader;
+GRANT EXECUTE ON FUNCTION frameq.check(), frameq.ledger(), frameq.worker_status(),
+	frameq.lease_period() TO frameq_reader;
 GRANT SELECT ON frameq.frames, frameq.job_progress, frameq.usage, frameq.hosts, frameq.runs
 	TO frameq_reader;

@@ -702,7 +702,8 @@ frameq_reserve(PG_FUNCTION_ARGS)
 
 	frameq_host_load(st.host.id, &st.host);
 	frameq_host_check_epoch(&st.host, text_to_cstring(name), st.epoch);
-	if (!st.host.up)
+	/* after a server start, every host first gets a lease period to report */
+	if (!st.host.up || frameq_in_quarantine())
 	{
 		SPI_finish();
 		return (Datum) 0;

@@ -40,6 +40,7 @@ _PG_init(void)
 	frameq_guc_init();
 	frameq_ledger_init();
 	frameq_dispatch_init();
+	frameq_worker_init();
 }
 
 void

@@ -33,6 +33,7 @@ extern int	frameq_max_frames_per_reserve;
 extern int	frameq_max_jobs_examined;
 extern int	frameq_ledger_size;
 extern char *frameq_database;
+extern bool frameq_quarantine;
 extern void frameq_guc_init(void);
 
 /* frameq.c */
@@ -115,6 +116,11 @@ extern void frameq_dispatch_booked(int64 layer, int32 number, const DispatchStam
 extern void frameq_dispatch_waiting(int64 layer, int32 number);
 extern void frameq_dispatch_skipped(int64 layer, int32 number);
 extern void frameq_dispatch_reset(void);
+
+/* worker.c */
+extern void frameq_worker_init(void);
+extern void frameq_worker_wake_at_commit(void);
+extern bool frameq_in_quarantine(void);
 
 /* release.c */
 typedef struct ReleaseContext

@@ -20,6 +20,7 @@ int			frameq_max_frames_per_reserve = 16;
 int			frameq_max_jobs_examined = 1000;
 int			frameq_ledger_size = 100000;
 char	   *frameq_database = NULL;
+bool		frameq_quarantine = true;
 
 void
 frameq_guc_init(void)
@@ -95,6 +96,15 @@ frameq_guc_init(void)
 							   PGC_POSTMASTER,
 							   0,
 							   NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("frameq.quarantine",
+							 "Hold bookings and lease expiry for a lease period after every server start.",
+							 "Turn off only where no agent can have been running, such as a test cluster.",
+							 &frameq_quarantine,
+							 true,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("frameq");
 }

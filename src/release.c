@@ -640,6 +640,8 @@ frameq_proc_guard_update(PG_FUNCTION_ARGS)
 		char	   *news = TextDatumGetCString(SPI_getbinval(trigdata->tg_newtuple, desc,
 															 SPI_fnumber(desc, "state"), &isnull));
 
+		if (strcmp(olds, "running") == 0 && strcmp(news, "killing") == 0)
+			frameq_worker_wake_at_commit();
 		if (strcmp(olds, "killing") == 0 && strcmp(news, "running") == 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION),

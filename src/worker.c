@@ -1,0 +1,370 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *	  The background worker: delivers kill orders, expires leases, and holds
+ *	  the quarantine after the server starts.
+ *
+ * Kill orders.  A proc in state 'killing' that has not been notified, or
+ * was notified more than frameq.kill_resend_interval ago, is announced on
+ * frameq_host_<host id> (payload: proc, reason), again and again until the
+ * host confirms it.  A transaction that creates kill orders sets the
+ * worker's latch when it commits, so a listening agent hears of a kill in
+ * milliseconds.  Notifications are hints: heartbeats return the same kill
+ * orders.
+ *
+ * Leases.  A host whose last successful renewal is more than
+ *		lease_ttl * (1 + clock_drift) + lease_margin
+ * old has lost its lease: its epoch moves on, it is marked down (if it was
+ * up) and its procs are released as host_lost.  By then its agent's
+ * supervisors have killed every render (they count the lease from the
+ * moment the renewal was *sent*, on a monotonic clock, minus a grace), so
+ * releasing cannot start a second copy of anything still running.
+ *
+ * Quarantine.  After every server start (crash restart, plain restart,
+ * promotion of a standby) nothing is booked and no lease expires until the
+ * same period has passed, so that every host has had a full lease to
+ * report.  Leases are re-armed from the start.  The worker only starts
+ * once recovery has finished, so a standby runs none of this.
+ *
+ * Wall-clock jumps.  Lease times are wall-clock timestamps in the host
+ * table.  Each round the worker compares how far the wall clock and the
+ * monotonic clock moved; if they disagree by more than a second, the clock
+ * jumped, and every lease is counted again from now (never early).
+ *
+ * Shared state: FrameqWorker, protected by its spinlock.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "portability/instr_time.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "frameq.h"
+
+typedef struct FrameqWorkerShared
+{
+	slock_t		mutex;
+	Latch	   *latch;			/* the worker's, while it runs */
+	bool		started;		/* a worker has run since shared memory began */
+	TimestampTz quarantine_start;
+	TimestampTz quarantine_until;
+	TimestampTz leases_since;	/* leases count from no earlier than this */
+} FrameqWorkerShared;
+
+static FrameqWorkerShared *FrameqWorker = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* this transaction created kill orders: wake the worker when it commits */
+static bool wake_at_commit = false;
+
+PGDLLEXPORT void frameq_worker_main(Datum main_arg);
+
+static void
+worker_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(MAXALIGN(sizeof(FrameqWorkerShared)));
+}
+
+static void
+worker_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	FrameqWorker = ShmemInitStruct("frameq worker", sizeof(FrameqWorkerShared), &found);
+	if (!found)
+	{
+		SpinLockInit(&FrameqWorker->mutex);
+		FrameqWorker->latch = NULL;
+		FrameqWorker->started = false;
+		FrameqWorker->quarantine_start = 0;
+		FrameqWorker->quarantine_until = 0;
+		FrameqWorker->leases_since = 0;
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+static void
+worker_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT && wake_at_commit && FrameqWorker != NULL)
+	{
+		Latch	   *latch;
+
+		SpinLockAcquire(&FrameqWorker->mutex);
+		latch = FrameqWorker->latch;
+		SpinLockRelease(&FrameqWorker->mutex);
+		if (latch)
+			SetLatch(latch);
+	}
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PREPARE)
+		wake_at_commit = false;
+}
+
+void
+frameq_worker_wake_at_commit(void)
+{
+	wake_at_commit = true;
+}
+
+/* the lease period: lease_ttl * (1 + clock_drift) + lease_margin, in microseconds */
+static int64
+lease_period_us(void)
+{
+	return (int64) (frameq_lease_ttl * USECS_PER_SEC * (1.0 + frameq_clock_drift)) +
+		(int64) frameq_lease_margin * USECS_PER_SEC;
+}
+
+/*
+ * Does the quarantine after start still hold?  Until a worker has started
+ * as primary we do not know when it will end, so it holds.
+ */
+bool
+frameq_in_quarantine(void)
+{
+	bool		in;
+
+	if (!frameq_quarantine)
+		return false;
+	SpinLockAcquire(&FrameqWorker->mutex);
+	in = !FrameqWorker->started ||
+		GetCurrentTimestamp() < FrameqWorker->quarantine_until;
+	SpinLockRelease(&FrameqWorker->mutex);
+	return in;
+}
+
+void
+frameq_worker_init(void)
+{
+	BackgroundWorker worker;
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = worker_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = worker_shmem_startup;
+	RegisterXactCallback(worker_xact_callback, NULL);
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	/* never on a standby: it starts when recovery ends, i.e. on promotion */
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 5;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "frameq");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "frameq_worker_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "frameq worker");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "frameq worker");
+	RegisterBackgroundWorker(&worker);
+}
+
+/* run one SQL statement of the round; returns the count it reports */
+static int64
+run_step(const char *sql, int nargs, Oid *types, Datum *args)
+{
+	int			ret;
+	bool		isnull;
+	Datum		d;
+
+	ret = SPI_execute_with_args(sql, nargs, types, args, NULL, false, 1);
+	if (ret != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "frameq worker: \"%s\" failed: %s", sql, SPI_result_code_string(ret));
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? 0 : DatumGetInt64(d);
+}
+
+/* one round, in one transaction: re-arm after start or a clock jump, expire, send */
+static void
+worker_round(bool rearm, TimestampTz leases_since, bool expire)
+{
+	bool		installed;
+	int64		expired = 0;
+	int64		sent = 0;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "frameq worker: SPI_connect failed");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "frameq worker: leases and kill orders");
+
+	installed = run_step("SELECT (to_regclass('frameq.host') IS NOT NULL"
+						 "        AND to_regprocedure('frameq._expire_leases(timestamptz)') IS NOT NULL)::int::int8",
+						 0, NULL, NULL) != 0;
+	if (installed)
+	{
+		if (rearm)
+			run_step("SELECT frameq._rearm_leases()", 0, NULL, NULL);
+		if (expire)
+		{
+			Oid			types[1] = {TIMESTAMPTZOID};
+			Datum		args[1] = {TimestampTzGetDatum(leases_since)};
+
+			expired = run_step("SELECT frameq._expire_leases($1)", 1, types, args);
+		}
+		{
+			Oid			types[1] = {INT4OID};
+			Datum		args[1] = {Int32GetDatum(frameq_kill_resend_interval)};
+
+			sent = run_step("SELECT frameq._send_kills($1)", 1, types, args);
+		}
+	}
+
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(true);
+	pgstat_report_activity(STATE_IDLE, NULL);
+
+	if (expired > 0)
+		elog(LOG, "frameq worker: %lld host lease(s) expired; their procs were released",
+			 (long long) expired);
+	(void) sent;
+}
+
+void
+frameq_worker_main(Datum main_arg)
+{
+	TimestampTz wall_then;
+	instr_time	mono_then;
+	bool		rearm = true;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(frameq_database, NULL, 0);
+	pgstat_report_appname("frameq worker");
+
+	/*
+	 * The first worker since shared memory was set up opens the quarantine;
+	 * one restarted after an error (shared memory kept) continues it.
+	 */
+	SpinLockAcquire(&FrameqWorker->mutex);
+	FrameqWorker->latch = MyLatch;
+	if (!FrameqWorker->started)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		FrameqWorker->started = true;
+		FrameqWorker->quarantine_start = now;
+		FrameqWorker->quarantine_until = now + lease_period_us();
+		FrameqWorker->leases_since = now;
+	}
+	else
+		rearm = false;
+	SpinLockRelease(&FrameqWorker->mutex);
+	if (rearm)
+		elog(LOG, "frameq worker: started; no bookings or lease expiry for %.1f s",
+			 lease_period_us() / 1e6);
+
+	wall_then = GetCurrentTimestamp();
+	INSTR_TIME_SET_CURRENT(mono_then);
+
+	for (;;)
+	{
+		TimestampTz wall_now;
+		instr_time	mono_now;
+		int64		wall_moved;
+		int64		mono_moved;
+		TimestampTz since;
+		TimestampTz until;
+		long		timeout;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		/* did the wall clock jump?  then count every lease from now */
+		wall_now = GetCurrentTimestamp();
+		INSTR_TIME_SET_CURRENT(mono_now);
+		wall_moved = wall_now - wall_then;
+		INSTR_TIME_SUBTRACT(mono_now, mono_then);
+		mono_moved = INSTR_TIME_GET_MICROSEC(mono_now);
+		if (wall_moved - mono_moved > USECS_PER_SEC ||
+			mono_moved - wall_moved > USECS_PER_SEC)
+		{
+			elog(LOG, "frameq worker: the wall clock jumped by %.1f s; every lease counts again from now",
+				 (wall_moved - mono_moved) / 1e6);
+			SpinLockAcquire(&FrameqWorker->mutex);
+			FrameqWorker->leases_since = wall_now;
+			SpinLockRelease(&FrameqWorker->mutex);
+			rearm = true;
+		}
+		wall_then = wall_now;
+		INSTR_TIME_SET_CURRENT(mono_then);
+
+		SpinLockAcquire(&FrameqWorker->mutex);
+		since = FrameqWorker->leases_since;
+		until = FrameqWorker->quarantine_until;
+		SpinLockRelease(&FrameqWorker->mutex);
+
+		worker_round(rearm, since, wall_now >= until || !frameq_quarantine);
+		rearm = false;
+
+		/* wake for the next resend, and at least every second for expiry */
+		timeout = Min(frameq_kill_resend_interval, 1000);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 timeout, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+PG_FUNCTION_INFO_V1(frameq_worker_status);
+
+/* frameq.worker_status(): is the worker up, and until when is the quarantine */
+Datum
+frameq_worker_status(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	Datum		values[4];
+	bool		nulls[4] = {0};
+	bool		started;
+	TimestampTz qstart;
+	TimestampTz quntil;
+	TimestampTz since;
+
+	frameq_require_preload();
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "frameq: worker_status must return a record");
+	SpinLockAcquire(&FrameqWorker->mutex);
+	started = FrameqWorker->started;
+	qstart = FrameqWorker->quarantine_start;
+	quntil = FrameqWorker->quarantine_until;
+	since = FrameqWorker->leases_since;
+	SpinLockRelease(&FrameqWorker->mutex);
+
+	values[0] = BoolGetDatum(started);
+	values[1] = TimestampTzGetDatum(qstart);
+	values[2] = TimestampTzGetDatum(quntil);
+	values[3] = TimestampTzGetDatum(since);
+	if (!started)
+		nulls[1] = nulls[2] = nulls[3] = true;
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
+}
