@@ -1615,6 +1615,12 @@ BEGIN
 	 WHERE r.ended_at IS NULL AND NOT EXISTS (SELECT 1 FROM frameq.proc p WHERE p.id = r.proc);
 
 	RETURN QUERY
+	SELECT 'fencing', format('proc %s is running under epoch %s of host %s, whose epoch is %s',
+							 p.id, p.epoch, h.name, h.epoch)
+	  FROM frameq.proc p JOIN frameq.host h ON h.id = p.host
+	 WHERE p.state = 'running' AND p.epoch <> h.epoch;
+
+	RETURN QUERY
 	SELECT 'dispatch order', format('frame %s of layer %s is waiting below the layer''s dispatch hint %s',
 									f.id, f.layer, d.low)
 	  FROM frameq._dispatch_hints() d

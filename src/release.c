@@ -880,7 +880,14 @@ frameq_complete(PG_FUNCTION_ARGS)
 	else
 	{
 		answer = "stale";
-		if (SPI_execute_plan(run_plan, args, NULL, true, 1) != SPI_OK_SELECT)
+
+		/*
+		 * Read the run record with the latest snapshot: if the same report
+		 * arrived twice at once, we waited above for the other one to
+		 * release the proc, and our statement's snapshot predates that.
+		 */
+		if (SPI_execute_snapshot(run_plan, args, NULL, GetLatestSnapshot(),
+								 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
 			elog(ERROR, "frameq: run lookup failed");
 		if (SPI_processed == 1)
 		{
