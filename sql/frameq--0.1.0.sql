@@ -1177,7 +1177,9 @@ BEGIN
 		IF FOUND AND frameq._kill_order(p, reason, want) THEN
 			RETURN 'kill order';
 		END IF;
-		UPDATE frameq.frame x SET state = target, version = x.version + 1
+		/* an operator's retry of a finished frame gives it its retries back */
+		UPDATE frameq.frame x SET state = target, version = x.version + 1,
+			   retries = CASE WHEN target = 'waiting' THEN 0 ELSE x.retries END
 		 WHERE x.id = _frame_action.frame AND x.state = ANY (from_states)
 		RETURNING * INTO f;
 		IF FOUND THEN
@@ -1476,7 +1478,8 @@ SELECT 'limit', lm.id, lm.name,
   LEFT JOIN l ON l.kind = 'limit' AND l.id = lm.id;
 
 CREATE VIEW frameq.hosts AS
-SELECT h.id AS host, h.name, a.name AS allocation, h.state, h.epoch, h.lease_expires_at,
+SELECT h.id AS host, h.name, a.name AS allocation, h.state, h.down_reason, h.epoch,
+	   h.lease_expires_at,
 	   (h.cores_cc / 100.0)::numeric(12,2) AS cores, (h.idle_cc / 100.0)::numeric(12,2) AS idle_cores,
 	   h.memory, h.idle_memory, h.gpus, h.idle_gpus, h.gpu_memory, h.idle_gpu_memory,
 	   h.tags, h.boot_id,
