@@ -1079,12 +1079,21 @@ BEGIN
 	IF running IS NULL THEN
 		running := '{}';
 	END IF;
+	IF array_position(running, NULL) IS NOT NULL THEN
+		RAISE EXCEPTION 'running must not contain null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
 	IF epoch <> h.epoch THEN
 		RAISE EXCEPTION 'lease epoch % of host "%" is not current', epoch, host
 			USING ERRCODE = 'FQ001', DETAIL = format('The host''s current epoch is %s.', h.epoch),
 				  HINT = 'The agent must stop its renders and call frameq.attach() again.';
 	END IF;
-	IF h.lease_expires_at IS NULL OR h.lease_expires_at <= clock_timestamp() THEN
+	/*
+	 * An expired lease is never revived.  In the quarantine after a start
+	 * every lease is being re-armed, so only one the worker has ended
+	 * (NULL) counts as expired then.
+	 */
+	IF h.lease_expires_at IS NULL
+	   OR (h.lease_expires_at <= clock_timestamp() AND NOT frameq._in_quarantine()) THEN
 		RAISE EXCEPTION 'lease of host "%" has expired', host
 			USING ERRCODE = 'FQ002',
 				  HINT = 'The agent must stop its renders and call frameq.attach() again.';
@@ -1115,10 +1124,18 @@ BEGIN
 END
 $$;
 
-/* true iff the proc is live and not being killed: for fencing output publish */
+/*
+ * True iff the proc is live and not being killed.  A render calls it in the
+ * transaction that publishes its output.  It is a fence, not a look: the
+ * KEY SHARE lock it takes on the proc row makes any release (a DELETE of
+ * the row) wait until the publishing transaction has ended, so the frame
+ * cannot be booked elsewhere between the check and the publish.  A kill
+ * order (an UPDATE that leaves the key alone) does not wait for it.
+ */
 CREATE FUNCTION frameq.owns(proc bigint) RETURNS boolean
-LANGUAGE sql STABLE AS $$
-	SELECT EXISTS (SELECT 1 FROM frameq.proc p WHERE p.id = owns.proc AND p.state = 'running')
+LANGUAGE sql VOLATILE AS $$
+	SELECT EXISTS (SELECT 1 FROM frameq.proc p WHERE p.id = owns.proc AND p.state = 'running'
+					  FOR KEY SHARE)
 $$;
 
 /*
@@ -1188,6 +1205,13 @@ BEGIN
 				UPDATE frameq.job j SET state = 'active', finished_at = NULL
 				 WHERE j.id = f.job AND j.state = 'finished';
 			ELSE
+				/*
+				 * A completion in flight may have seen this frame still
+				 * waiting and left the job open: wait for every one of them
+				 * (a release deletes its proc row, which our KEY SHARE lock
+				 * waits for) before deciding whether the job is finished.
+				 */
+				PERFORM 1 FROM frameq.proc x WHERE x.job = f.job FOR KEY SHARE;
 				PERFORM frameq._finish_job_if_done(f.job);
 			END IF;
 			RETURN target;
@@ -1229,6 +1253,16 @@ BEGIN
 	IF NOT EXISTS (SELECT 1 FROM frameq.frame x WHERE x.id = frameq._not_null(retry_frame.frame, 'frame')) THEN
 		RAISE EXCEPTION 'frame % does not exist', frame USING ERRCODE = 'undefined_object';
 	END IF;
+	IF NOT EXISTS (SELECT 1 FROM frameq.proc x WHERE x.frame = retry_frame.frame) THEN
+		/*
+		 * Putting a finished frame back: hold the job row in SHARE mode so
+		 * that neither kill_job nor a completion finishing the job can
+		 * pass us unseen.  (A running frame only gets a kill order, which
+		 * cannot finish or reopen anything.)
+		 */
+		PERFORM 1 FROM frameq.job j JOIN frameq.frame x ON x.job = j.id
+		  WHERE x.id = retry_frame.frame FOR SHARE OF j;
+	END IF;
 	IF EXISTS (SELECT 1 FROM frameq.frame x JOIN frameq.job j ON j.id = x.job
 				WHERE x.id = retry_frame.frame AND j.state = 'killed') THEN
 		RAISE EXCEPTION 'frame % belongs to a killed job', frame
@@ -1236,6 +1270,15 @@ BEGIN
 	END IF;
 	PERFORM frameq._frame_action(frame, 'retried by operator', 'waiting',
 								 ARRAY['succeeded', 'dead', 'eaten'], 'waiting');
+	/*
+	 * A kill_job may have committed while we waited for the frame's proc:
+	 * look again, and undo everything (by failing) if the job is killed.
+	 */
+	IF EXISTS (SELECT 1 FROM frameq.frame x JOIN frameq.job j ON j.id = x.job
+				WHERE x.id = retry_frame.frame AND j.state = 'killed') THEN
+		RAISE EXCEPTION 'frame % belongs to a killed job', frame
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
 END
 $$;
 
@@ -1264,8 +1307,11 @@ DECLARE
 	f bigint;
 BEGIN
 	PERFORM frameq._reason(reason);
+	/* lock order as in complete(): the job's procs, then the job row */
+	PERFORM 1 FROM frameq.proc x WHERE x.job = kill_job.job FOR NO KEY UPDATE;
+	/* FOR UPDATE conflicts with retry_frame's SHARE lock on the job row */
 	SELECT * INTO j FROM frameq.job x WHERE x.id = frameq._not_null(kill_job.job, 'job')
-	   FOR NO KEY UPDATE;
+	   FOR UPDATE;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
 	END IF;
@@ -1409,6 +1455,9 @@ BEGIN
 	RETURN n;
 END
 $$;
+
+CREATE FUNCTION frameq._in_quarantine() RETURNS bool
+	AS 'MODULE_PATHNAME', 'frameq_in_quarantine_sql' LANGUAGE C VOLATILE STRICT;
 
 CREATE FUNCTION frameq.worker_status(OUT started bool, OUT quarantine_start timestamptz,
 									 OUT quarantine_until timestamptz,
@@ -1628,6 +1677,14 @@ BEGIN
 									f.id, f.layer, d.low)
 	  FROM frameq._dispatch_hints() d
 	  JOIN frameq.frame f ON f.layer = d.layer AND f.state = 'waiting' AND f.number < d.low;
+
+	RETURN QUERY
+	SELECT 'job state', format('job %s is %s but none of its frames is live', j.id, j.state)
+	  FROM frameq.job j
+	 WHERE j.state IN ('active', 'paused')
+	   AND EXISTS (SELECT 1 FROM frameq.frame f WHERE f.job = j.id)
+	   AND NOT EXISTS (SELECT 1 FROM frameq.frame f
+					   WHERE f.job = j.id AND f.state IN ('waiting', 'depend', 'running'));
 
 	RETURN QUERY
 	SELECT 'job state', format('job %s is finished but frame %s is %s', j.id, f.id, f.state)

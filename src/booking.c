@@ -33,6 +33,7 @@
 #include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "tcop/utility.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
@@ -663,6 +664,8 @@ frameq_reserve(PG_FUNCTION_ARGS)
 	bool		locked;
 
 	frameq_require_preload();
+	/* booking writes: on a standby say so, not "nothing to book" */
+	PreventCommandIfReadOnly("frameq.reserve()");
 	if (PG_ARGISNULL(0))
 		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 						errmsg("host must not be null")));

@@ -388,11 +388,15 @@ frameq_proc_after_insert(PG_FUNCTION_ARGS)
 
 /*
  * The frame's job may be finished now.  If another of its frames is
- * waiting, it is not.  If others are only running, their completions may
- * be committing concurrently and each would see the other's frame still
- * running, so take the job's row lock and look again with the latest
- * snapshot: the last of them to get the lock sees the others' commits.
- * Only a job's last running frames ever take this lock.
+ * waiting, it is not (whoever changes a waiting frame other than by
+ * booking it, an operator, finishes the job itself after waiting for the
+ * completions in flight).  Otherwise completions, retries and operator
+ * actions may be committing concurrently and each would see the others'
+ * frames as they were, so take the job's row lock and look again with the
+ * latest snapshot: the last of them to get the lock sees the others'
+ * commits.  retry_frame holds the job row in SHARE mode while it puts a
+ * frame back, so a finish cannot slip past it.  Only a job's last frames
+ * ever take this lock.
  */
 static void
 maybe_finish_job(int64 job)
@@ -425,19 +429,17 @@ maybe_finish_job(int64 job)
 		elog(ERROR, "frameq: job liveness check failed");
 	waiting = frameq_get_bool(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, NULL);
 	running = frameq_get_bool(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, NULL);
+	(void) running;
 	if (waiting)
 		return;
-	if (running)
-	{
-		if (SPI_execute_plan(lock_plan, args, NULL, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "frameq: job lock failed");
-		if (SPI_execute_snapshot(live_plan, args, NULL, GetLatestSnapshot(),
-								 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "frameq: job liveness re-check failed");
-		if (frameq_get_bool(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, NULL) ||
-			frameq_get_bool(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, NULL))
-			return;
-	}
+	if (SPI_execute_plan(lock_plan, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "frameq: job lock failed");
+	if (SPI_execute_snapshot(live_plan, args, NULL, GetLatestSnapshot(),
+							 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "frameq: job liveness re-check failed");
+	if (frameq_get_bool(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, NULL) ||
+		frameq_get_bool(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, NULL))
+		return;
 	if (SPI_execute_plan(finish_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "frameq: job finish failed");
 }

@@ -246,6 +246,16 @@ worker_round(bool rearm, TimestampTz leases_since, bool expire)
 	(void) sent;
 }
 
+/* a worker that exits must not leave its latch to be set by others */
+static void
+worker_detach(int code, Datum arg)
+{
+	SpinLockAcquire(&FrameqWorker->mutex);
+	if (FrameqWorker->latch == MyLatch)
+		FrameqWorker->latch = NULL;
+	SpinLockRelease(&FrameqWorker->mutex);
+}
+
 void
 frameq_worker_main(Datum main_arg)
 {
@@ -263,6 +273,7 @@ frameq_worker_main(Datum main_arg)
 	 * The first worker since shared memory was set up opens the quarantine;
 	 * one restarted after an error (shared memory kept) continues it.
 	 */
+	before_shmem_exit(worker_detach, (Datum) 0);
 	SpinLockAcquire(&FrameqWorker->mutex);
 	FrameqWorker->latch = MyLatch;
 	if (!FrameqWorker->started)
@@ -277,9 +288,11 @@ frameq_worker_main(Datum main_arg)
 	else
 		rearm = false;
 	SpinLockRelease(&FrameqWorker->mutex);
-	if (rearm)
+	if (rearm && frameq_quarantine)
 		elog(LOG, "frameq worker: started; no bookings or lease expiry for %.1f s",
 			 lease_period_us() / 1e6);
+	else if (rearm)
+		elog(LOG, "frameq worker: started; frameq.quarantine is off");
 
 	wall_then = GetCurrentTimestamp();
 	INSTR_TIME_SET_CURRENT(mono_then);
@@ -334,6 +347,17 @@ frameq_worker_main(Datum main_arg)
 						 timeout, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
+}
+
+PG_FUNCTION_INFO_V1(frameq_in_quarantine_sql);
+
+/* frameq._in_quarantine(): for heartbeat, which must not refuse a lease the
+ * worker has yet to re-arm after a start */
+Datum
+frameq_in_quarantine_sql(PG_FUNCTION_ARGS)
+{
+	frameq_require_preload();
+	PG_RETURN_BOOL(frameq_in_quarantine());
 }
 
 PG_FUNCTION_INFO_V1(frameq_worker_status);
