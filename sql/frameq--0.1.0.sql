@@ -1030,7 +1030,8 @@ $$;
  */
 
 CREATE FUNCTION frameq.attach(host text, token text, boot_id text,
-							  OUT epoch bigint, OUT lease_ttl interval, OUT kill bigint[])
+							  OUT epoch bigint, OUT lease_ttl interval, OUT kill bigint[],
+							  OUT host_id int, OUT channel text)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -1063,6 +1064,9 @@ BEGIN
 	 WHERE x.id = h.id;
 	epoch := h.epoch + 1;
 	kill := ARRAY(SELECT x.id FROM frameq.proc x WHERE x.host = h.id ORDER BY x.id);
+	/* where the worker announces this host's kill orders: LISTEN on it */
+	host_id := h.id;
+	channel := 'frameq_host_' || h.id;
 END
 $$;
 
