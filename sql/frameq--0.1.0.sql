@@ -1406,10 +1406,17 @@ $$;
  * Each host is re-checked under its lock, so a heartbeat that got there
  * first wins.
  */
-CREATE FUNCTION frameq._expire_leases(since timestamptz) RETURNS bigint
+CREATE FUNCTION frameq._expire_leases(since timestamptz, at timestamptz DEFAULT NULL)
+RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
 	period interval := frameq.lease_period();
+	/*
+	 * "Now" as the worker read it, next to its clock-jump check: a step of
+	 * the clock after that check must not make leases look old in this
+	 * round (the next round sees the jump).
+	 */
+	at_time timestamptz := coalesce(at, clock_timestamp());
 	candidate int;
 	h frameq.host;
 	p record;
@@ -1417,12 +1424,12 @@ DECLARE
 BEGIN
 	FOR candidate IN SELECT x.id FROM frameq.host x
 					  WHERE x.lease_expires_at IS NOT NULL
-						AND greatest(x.last_renewal_at, since) + period < clock_timestamp()
+						AND greatest(x.last_renewal_at, since) + period < at_time
 					  ORDER BY x.id LOOP
 		PERFORM pg_advisory_xact_lock(18001, candidate);
 		SELECT * INTO h FROM frameq.host x WHERE x.id = candidate;
 		CONTINUE WHEN h.lease_expires_at IS NULL
-				   OR greatest(h.last_renewal_at, since) + period >= clock_timestamp();
+				   OR greatest(h.last_renewal_at, since) + period >= at_time;
 		FOR p IN SELECT x.id, x.state, x.want_state FROM frameq.proc x
 				  WHERE x.host = h.id ORDER BY x.id LOOP
 			PERFORM frameq._release(p.id, 'host_lost',

@@ -199,7 +199,7 @@ run_step(const char *sql, int nargs, Oid *types, Datum *args)
 
 /* one round, in one transaction: re-arm after start or a clock jump, expire, send */
 static void
-worker_round(bool rearm, TimestampTz leases_since, bool expire)
+worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire)
 {
 	bool		installed;
 	int64		expired = 0;
@@ -213,7 +213,7 @@ worker_round(bool rearm, TimestampTz leases_since, bool expire)
 	pgstat_report_activity(STATE_RUNNING, "frameq worker: leases and kill orders");
 
 	installed = run_step("SELECT (to_regclass('frameq.host') IS NOT NULL"
-						 "        AND to_regprocedure('frameq._expire_leases(timestamptz)') IS NOT NULL)::int::int8",
+						 "        AND to_regprocedure('frameq._expire_leases(timestamptz,timestamptz)') IS NOT NULL)::int::int8",
 						 0, NULL, NULL) != 0;
 	if (installed)
 	{
@@ -221,10 +221,10 @@ worker_round(bool rearm, TimestampTz leases_since, bool expire)
 			run_step("SELECT frameq._rearm_leases()", 0, NULL, NULL);
 		if (expire)
 		{
-			Oid			types[1] = {TIMESTAMPTZOID};
-			Datum		args[1] = {TimestampTzGetDatum(leases_since)};
+			Oid			types[2] = {TIMESTAMPTZOID, TIMESTAMPTZOID};
+			Datum		args[2] = {TimestampTzGetDatum(leases_since), TimestampTzGetDatum(now)};
 
-			expired = run_step("SELECT frameq._expire_leases($1)", 1, types, args);
+			expired = run_step("SELECT frameq._expire_leases($1, $2)", 2, types, args);
 		}
 		{
 			Oid			types[1] = {INT4OID};
@@ -338,7 +338,7 @@ frameq_worker_main(Datum main_arg)
 		until = FrameqWorker->quarantine_until;
 		SpinLockRelease(&FrameqWorker->mutex);
 
-		worker_round(rearm, since, wall_now >= until || !frameq_quarantine);
+		worker_round(rearm, since, wall_now, wall_now >= until || !frameq_quarantine);
 		rearm = false;
 
 		/* wake for the next resend, and at least every second for expiry */
