@@ -1,0 +1,303 @@
+/*
+ * agent.h: what the parts of frameq-agent share.
+ *
+ * The agent is one single-threaded process (main.c) that talks to the
+ * database over one libpq connection (db.c) and runs each booking under a
+ * supervisor process of its own (supervisor.c).  runs.c keeps the table of
+ * bookings on this machine; statefile.c is the on-disk side of it, which
+ * outlives the agent; config.c, resources.c and log.c are what their names
+ * say.
+ */
+#ifndef FRAMEQ_AGENT_H
+#define FRAMEQ_AGENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define AGENT_VERSION "0.1.0"
+
+#define NS_PER_SEC 1000000000LL
+
+/* ---------------------------------------------------------------- log.c */
+
+/* one line per event: "<ISO 8601 UTC time> <event> <details>" on stdout */
+extern void log_event(const char *event, const char *fmt,...)
+			__attribute__((format(printf, 2, 3)));
+
+/* text from elsewhere (server messages) made fit for a quoted log value */
+extern const char *log_clean(const char *s);
+
+/*
+ * The lease clock.  CLOCK_BOOTTIME is monotonic (a wall-clock step never
+ * moves it) and, unlike CLOCK_MONOTONIC, keeps counting while the machine
+ * is suspended, so a host that wakes up after its lease sees it expired.
+ * It is one clock for the whole machine, so the agent and its supervisors
+ * can exchange instants of it.
+ */
+extern int64_t lease_clock_ns(void);
+
+/* ------------------------------------------------------------- config.c */
+
+struct config
+{
+	char	   *conninfo;		/* libpq connection string ("" = PG* env) */
+	char	   *host;			/* the host's registered name */
+	char	   *token_file;
+	double		cores;			/* offered; <= 0: what the machine has */
+	int64_t		memory;			/* offered bytes; <= 0: what the machine has */
+	int			gpus;			/* offered; < 0: what the machine has */
+	char	   *tags;			/* informational (registration owns tags) */
+	char	   *state_dir;
+	char	   *log_dir;
+	char	   *work_dir;
+	double		kill_grace;		/* seconds from SIGTERM to SIGKILL */
+	int			max_frames;		/* frames at once; 0 = as many as fit */
+	bool		kill_on_term;	/* SIGTERM kills renders (else lets them finish) */
+	double		reserve_interval;	/* seconds between reserves that found nothing */
+	char	   *config_file;
+};
+
+/*
+ * Build a configuration from (lowest to highest precedence) the defaults,
+ * the config file, FRAMEQ_<OPTION> environment variables and argv.  Returns
+ * 0 on success, 1 if --help/--version was handled (printed), -1 on error
+ * (message in err).
+ */
+extern int	config_load(struct config *cfg, int argc, char **argv,
+						char *err, size_t errlen);
+extern void config_free(struct config *cfg);
+
+/* read the host token, refusing a file that others may read; malloc'd */
+extern char *config_read_token(const char *path, char *err, size_t errlen);
+
+/* names of the environment variables the agent reads (NULL terminated) */
+extern const char *const *config_env_names(void);
+
+/* parse "4GB", "512MB", "1073741824" (steps of 1024, as pg_size_bytes) */
+extern bool parse_size(const char *s, int64_t *out);
+
+/* ---------------------------------------------------------- resources.c */
+
+struct resources
+{
+	double		cores;
+	int64_t		memory;
+	int			gpus;
+	int64_t		gpu_memory;		/* total over all GPUs, bytes */
+};
+
+extern void resources_detect(struct resources *r);
+
+/* ----------------------------------------------------------------- db.c */
+
+struct pg_result;
+
+extern bool db_connected(void);
+
+/* connect; refuses (and drops) a server in recovery.  true if connected */
+extern bool db_connect(const char *conninfo, const char *host);
+extern void db_disconnect(const char *why);
+extern int	db_socket(void);
+
+/*
+ * Run one statement with parameters, waiting at most timeout_ms.  Returns
+ * NULL if the connection failed or timed out (it is closed then: the
+ * answer is unknown); otherwise the result, which may be an error
+ * (check with db_ok / db_sqlstate).  *sent_at (if not NULL) gets the lease
+ * clock just before the statement was sent.
+ */
+extern struct pg_result *db_exec(const char *sql, int nparams,
+								 const char *const *params, int timeout_ms,
+								 int64_t *sent_at);
+extern bool db_ok(const struct pg_result *res);
+extern const char *db_sqlstate(const struct pg_result *res);
+extern const char *db_error(const struct pg_result *res);
+extern void db_clear(struct pg_result *res);
+extern int	db_ntuples(const struct pg_result *res);
+extern const char *db_value(const struct pg_result *res, int row, int col);
+extern bool db_isnull(const struct pg_result *res, int row, int col);
+
+/* who gets notifications (after every statement, and from db_consume) */
+extern void db_set_notify_handler(void (*handler) (const char *channel,
+												   const char *payload));
+
+/* read what the socket has, and hand out notifications */
+extern bool db_consume(void);
+extern bool db_listen(const char *channel);
+
+/* ---------------------------------------------------------- statefile.c */
+
+/*
+ * The state directory holds, per booking:
+ *   run.<proc>     written by the agent before the render starts: what the
+ *                  booking is and which supervisor holds it (pid and start
+ *                  time, so a restarted agent can tell it from a reused pid);
+ *                  the supervisor adds the render's process group
+ *   result.<proc>  written (atomically) by the supervisor when the render
+ *                  has ended: exit status, signal, max RSS, who killed it
+ * Both are removed once the database has acknowledged the end.  A result is
+ * never lost: a restarted agent reports what it finds before attaching.
+ */
+struct run_record
+{
+	int64_t		proc;
+	int64_t		epoch;
+	int64_t		frame;
+	int64_t		job;
+	int64_t		layer;
+	int			frame_number;
+	pid_t		sup_pid;
+	unsigned long long sup_start;	/* /proc/<pid>/stat field 22 */
+	pid_t		render_pid;		/* = its process group; 0 if not started */
+};
+
+enum killed_by
+{
+	KILLED_NONE,				/* ended on its own */
+	KILLED_AGENT,				/* the agent asked (SIGTERM to the supervisor) */
+	KILLED_FENCE,				/* the lease deadline passed */
+	KILLED_ERROR				/* the render could not be started */
+};
+
+struct result_record
+{
+	int64_t		proc;
+	int64_t		epoch;
+	int			exit_status;
+	int			exit_signal;
+	int64_t		max_rss;		/* bytes; -1 unknown */
+	enum killed_by killed_by;
+};
+
+extern const char *killed_by_name(enum killed_by k);
+extern int	state_write_run(const char *dir, const struct run_record *r);
+extern int	state_read_run(const char *dir, int64_t proc, struct run_record *r);
+extern int	state_write_result(const char *dir, const struct result_record *r);
+extern int	state_read_result(const char *dir, int64_t proc, struct result_record *r);
+extern void state_remove(const char *dir, int64_t proc);
+
+/* proc ids that have a run file, malloc'd array */
+extern int	state_list(const char *dir, int64_t **procs);
+
+/* /proc helpers */
+extern bool proc_start_time(pid_t pid, unsigned long long *start);
+
+/* is the process with this pid and start time still alive (not a zombie)? */
+extern bool proc_alive(pid_t pid, unsigned long long start);
+
+/*
+ * Does a process of group pgid in session sid exist?  Checking the session
+ * too means a reused group id is not taken for the render's.
+ */
+extern bool group_alive(pid_t pgid, pid_t sid);
+extern void group_signal(pid_t pgid, pid_t sid, int sig);
+
+/* ---------------------------------------------------------- supervisor.c */
+
+struct booking
+{
+	int64_t		proc;
+	int64_t		frame;
+	int64_t		job;
+	int64_t		layer;
+	int			frame_number;
+	char	   *command;
+	char		cores[32];		/* as the server printed it, e.g. "1.50" */
+	double		cores_n;
+	int64_t		memory;
+	int			gpus;
+	int64_t		gpu_memory;
+	char	  **env;			/* "KEY=VALUE" from the layer's env */
+	int			nenv;
+};
+
+struct launch
+{
+	const struct booking *b;
+	int64_t		epoch;
+	const char *state_dir;
+	const char *log_dir;
+	const char *work_dir;
+	int64_t		kill_grace_ns;
+	const char *host;
+};
+
+/*
+ * What the agent sends a supervisor after every renewal: the lease deadline
+ * and the kill grace in force (a reload may change it).  16 bytes, less than
+ * PIPE_BUF, so each message arrives whole.
+ */
+struct lease_msg
+{
+	int64_t		deadline_ns;	/* lease clock */
+	int64_t		grace_ns;
+};
+
+/* the supervisor process: never returns */
+extern void supervisor_main(const struct launch *l, int pipe_fd)
+			__attribute__((noreturn));
+
+/* ---------------------------------------------------------------- runs.c */
+
+enum kill_why
+{
+	WHY_NONE,
+	WHY_ORDER,					/* the database ordered it (report the end) */
+	WHY_LEASE,					/* the lease was lost (the release is the server's) */
+	WHY_SHUTDOWN,				/* --kill-on-term */
+	WHY_LEFTOVER				/* an earlier agent's render, found at start */
+};
+
+struct run;
+
+extern struct run *runs_launch(const struct launch *l, int64_t deadline_ns);
+/* after every renewal: the new deadline and kill grace to every supervisor */
+extern void runs_kill(int64_t proc, enum kill_why why, const char *reason);
+extern void runs_kill_all(enum kill_why why, const char *reason);
+extern void runs_push_deadline(int64_t deadline_ns, int64_t grace_ns);
+
+/* reap exited supervisors, read results, finish off orphaned renders */
+extern void runs_reap(int64_t kill_grace_ns);
+
+/*
+ * Find what an earlier agent left in the state directory: ended renders
+ * become pending reports, live ones are killed.
+ */
+extern void runs_adopt_leftovers(const char *state_dir);
+
+/* processes (supervisors or renders) still alive */
+extern int	runs_alive(void);
+
+/* the "{1,2,3}" list a heartbeat sends; caller frees */
+extern char *runs_running_list(int64_t current_epoch);
+
+/* ended runs whose report the database has not acknowledged yet */
+extern int	runs_pending_reports(void);
+
+/*
+ * Send the reports that are due.  Stops at the first connection failure.
+ * Returns false if the connection failed.
+ */
+extern bool runs_send_reports(const char *host, const char *token, bool all_now,
+							  int timeout_ms);
+
+/* used resources of live bookings */
+extern void runs_usage(double *cores, int64_t *memory, int *gpus, int *count);
+
+/* when processes not signalled to us (leftovers, orphans) need a look */
+extern int64_t runs_next_poll(void);
+
+/* when the next report is due (only meaningful while connected) */
+extern int64_t runs_next_report(void);
+
+extern void runs_set_state_dir(const char *dir);
+
+/* set when a supervisor could not start a render (back off reserving) */
+extern bool runs_take_launch_error(void);
+
+/* set when a run ended (there is room again) */
+extern bool runs_take_ended(void);
+
+#endif							/* FRAMEQ_AGENT_H */

@@ -1,0 +1,878 @@
+/*
+ * main.c: frameq-agent's main loop.
+ *
+ * One thread, one database connection, one poll() over the connection and a
+ * signalfd.  The life of the agent:
+ *
+ *   1. recover: kill every render an earlier agent left (found in the state
+ *      directory) and wait until it is dead; what ended on its own is
+ *      reported before attaching, while its proc may still be live;
+ *   2. attach (with the machine's boot id): a new lease epoch; LISTEN on the
+ *      host's kill channel;
+ *   3. run: heartbeat every third of the lease with every proc still alive
+ *      here, reserve while there is room, launch each booking under a
+ *      supervisor, report each end with complete(); kill orders from a
+ *      heartbeat or a notification go to the supervisor at once;
+ *   4. on a lost lease (FQ001/FQ002): kill everything, wait until it is dead,
+ *      attach again.
+ *
+ * The lease deadline each supervisor holds is
+ *
+ *     deadline = (lease clock when the renewal that succeeded was SENT)
+ *                + lease_ttl - kill_grace
+ *
+ * at which it sends SIGTERM to its render's group, and SIGKILL kill_grace
+ * later: the render is dead by send time + lease_ttl.  The server's lease
+ * ran from when it received that renewal, later than it was sent, and it
+ * releases the frame only lease_ttl * (1 + clock_drift) + lease_margin after
+ * that (doc/release.md).  kill_grace is capped at a third of the lease, so a
+ * deadline is always more than a heartbeat interval away.
+ *
+ * Every call is safe to lose: a heartbeat or attach whose answer is lost
+ * moves no deadline; a reserve whose answer is lost left bookings the agent
+ * never saw, which its next heartbeats release (lost_by_agent); a complete
+ * whose answer is lost is sent again and answers 'duplicate'.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+enum phase
+{
+	PH_RECOVER,					/* killing what an earlier agent left */
+	PH_ATTACH,					/* no lease: attach when connected */
+	PH_RUNNING,					/* holding a lease */
+	PH_LEASE_LOST				/* lease lost: killing everything */
+};
+
+static struct config cfg;
+static int	saved_argc;
+static char **saved_argv;
+static char *token;
+static char boot_id[256];
+static struct resources machine;
+static double offer_cores;
+static int64_t offer_memory;
+static int	offer_gpus;
+
+static int	sigfd = -1;
+static enum phase phase = PH_RECOVER;
+static int64_t epoch;
+static double lease_ttl;		/* seconds, as the server said */
+static int64_t grace_ns;		/* the kill grace in force (capped) */
+static int64_t lease_deadline;	/* what the supervisors hold (see above) */
+static int64_t launch_hold_until;	/* no reserve after a launch error */
+static int64_t next_heartbeat;	/* also: next attach attempt */
+static int64_t next_reserve;
+static int64_t next_connect;
+static int	connect_failures;
+static char channel[96];
+static bool listening;
+static int64_t last_wait_log;
+
+static bool stopping;
+static bool stop_kill;
+static int	final_beats;
+static int64_t stop_give_up;
+static int	exit_code;
+static bool reload_requested;
+
+#define SEC(x) ((int64_t) ((x) * (double) NS_PER_SEC))
+
+static int
+call_timeout_ms(void)
+{
+	double		t = lease_ttl / 2 > 5 ? lease_ttl / 2 : 5;
+
+	return (int) (t * 1000);
+}
+
+static void
+update_grace(void)
+{
+	double		g = cfg.kill_grace;
+
+	if (lease_ttl > 0 && g > lease_ttl / 3)
+	{
+		static double warned;
+
+		if (warned != lease_ttl)
+			log_event("warning", "message=\"kill grace %.1fs is more than a third of the lease (%.1fs); using %.2fs\"",
+					  cfg.kill_grace, lease_ttl, lease_ttl / 3);
+		warned = lease_ttl;
+		g = lease_ttl / 3;
+	}
+	grace_ns = SEC(g);
+}
+
+static void
+compute_offer(void)
+{
+	offer_cores = cfg.cores > 0 ? cfg.cores : machine.cores;
+	offer_memory = cfg.memory > 0 ? cfg.memory : machine.memory;
+	offer_gpus = cfg.gpus >= 0 ? cfg.gpus : machine.gpus;
+	log_event("resources", "host=%s detected_cores=%.2f detected_memory=%" PRId64 " detected_gpus=%d detected_gpu_memory=%" PRId64
+			  " offered_cores=%.2f offered_memory=%" PRId64 " offered_gpus=%d max_frames=%d tags=%s",
+			  cfg.host, machine.cores, machine.memory, machine.gpus, machine.gpu_memory,
+			  offer_cores, offer_memory, offer_gpus, cfg.max_frames,
+			  cfg.tags[0] ? cfg.tags : "-");
+	if (offer_cores > machine.cores || offer_memory > machine.memory || offer_gpus > machine.gpus)
+		log_event("warning", "message=\"offering more than the machine has\"");
+}
+
+static int
+mkdir_p(const char *path, mode_t mode)
+{
+	char		buf[PATH_MAX];
+
+	snprintf(buf, sizeof(buf), "%s", path);
+	for (char *p = buf + 1; *p; p++)
+		if (*p == '/')
+		{
+			*p = '\0';
+			if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+				return -1;
+			*p = '/';
+		}
+	if (mkdir(buf, mode) != 0 && errno != EEXIST)
+		return -1;
+	return 0;
+}
+
+static void
+read_boot_id(void)
+{
+	int			fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+	ssize_t		n = -1;
+
+	if (fd >= 0)
+	{
+		n = read(fd, boot_id, sizeof(boot_id) - 1);
+		close(fd);
+	}
+	if (n <= 0)
+	{
+		fprintf(stderr, "frameq-agent: cannot read /proc/sys/kernel/random/boot_id\n");
+		exit(2);
+	}
+	boot_id[n] = '\0';
+	boot_id[strcspn(boot_id, "\r\n")] = '\0';
+}
+
+/* parse a bigint[] in text form ("{1,2,3}") and kill each */
+static void
+kill_list(const char *text, const char *source)
+{
+	const char *p = text;
+
+	if (!p)
+		return;
+	while (*p)
+	{
+		char	   *end;
+		long long	v;
+
+		if (*p < '0' || *p > '9')
+		{
+			p++;
+			continue;
+		}
+		v = strtoll(p, &end, 10);
+		runs_kill(v, WHY_ORDER, source);
+		p = end;
+	}
+}
+
+static void
+lease_lost(const char *why)
+{
+	log_event("lease-lost", "epoch=%" PRId64 " reason=\"%s\" alive=%d", epoch, why, runs_alive());
+	runs_kill_all(WHY_LEASE, "lease lost");
+	phase = PH_LEASE_LOST;
+	last_wait_log = 0;
+}
+
+/* a failed call: true if it was the lease (then handled) */
+static bool
+lease_error(struct pg_result *res)
+{
+	const char *st = db_sqlstate(res);
+
+	if (strcmp(st, "FQ001") == 0 || strcmp(st, "FQ002") == 0)
+	{
+		char		why[512];
+
+		snprintf(why, sizeof(why), "%s: %s", st, db_error(res));
+		lease_lost(why);
+		return true;
+	}
+	return false;
+}
+
+static bool
+do_attach(void)
+{
+	const char *params[3] = {cfg.host, token, boot_id};
+	struct pg_result *res;
+	int64_t		sent;
+	double		ttl;
+
+	res = db_exec("SELECT a.epoch, extract(epoch FROM a.lease_ttl)::float8, a.kill::text, "
+				  "a.channel FROM frameq.attach($1, $2, $3) a",
+				  3, params, call_timeout_ms(), &sent);
+	if (!res)
+		return false;
+	if (!db_ok(res) || db_ntuples(res) != 1)
+	{
+		const char *st = db_sqlstate(res);
+		bool		config_error = strcmp(st, "28P01") == 0 || strcmp(st, "42704") == 0;
+
+		log_event("attach-failed", "host=%s sqlstate=%s error=\"%s\"%s", cfg.host, st, db_error(res),
+				  config_error ? " hint=\"is the host registered and the token file right? (SIGHUP re-reads it)\"" : "");
+		next_heartbeat = lease_clock_ns() + (config_error ? SEC(10) : SEC(1));
+		db_clear(res);
+		return false;
+	}
+	epoch = strtoll(db_value(res, 0, 0), NULL, 10);
+	ttl = strtod(db_value(res, 0, 1), NULL);
+	lease_ttl = ttl > 0 ? ttl : 30;
+	update_grace();
+	log_event("attached", "host=%s epoch=%" PRId64 " lease_ttl=%.3fs boot_id=%s kill=%s",
+			  cfg.host, epoch, lease_ttl, boot_id, db_value(res, 0, 2));
+	lease_deadline = sent + SEC(lease_ttl) - grace_ns;
+	runs_push_deadline(lease_deadline, grace_ns);
+	/* procs of earlier epochs: none of ours is alive (we waited), nothing to do */
+	kill_list(db_value(res, 0, 2), "attach");
+	/* where the worker announces this host's kill orders (a hint: heartbeats carry them too) */
+	snprintf(channel, sizeof(channel), "%s", db_isnull(res, 0, 3) ? "" : db_value(res, 0, 3));
+	listening = false;
+	db_clear(res);
+	phase = PH_RUNNING;
+	next_heartbeat = sent + SEC(lease_ttl / 3);
+	next_reserve = 0;
+	return true;
+}
+
+static bool
+do_heartbeat(void)
+{
+	char		ep[32];
+	char	   *list = runs_running_list(epoch);
+	const char *params[4] = {cfg.host, token, ep, list};
+	struct pg_result *res;
+	int64_t		sent;
+	double		ttl;
+
+	snprintf(ep, sizeof(ep), "%" PRId64, epoch);
+	res = db_exec("SELECT extract(epoch FROM h.lease_ttl)::float8, h.kill::text "
+				  "FROM frameq.heartbeat($1, $2, $3::bigint, $4::bigint[]) h",
+				  4, params, call_timeout_ms(), &sent);
+	if (!res)
+	{
+		free(list);
+		return false;
+	}
+	if (!db_ok(res) || db_ntuples(res) != 1)
+	{
+		if (!lease_error(res))
+		{
+			log_event("heartbeat-failed", "epoch=%" PRId64 " sqlstate=%s error=\"%s\"",
+					  epoch, db_sqlstate(res), db_error(res));
+			next_heartbeat = lease_clock_ns() + SEC(lease_ttl / 6 < 1 ? lease_ttl / 6 : 1);
+		}
+		db_clear(res);
+		free(list);
+		return false;
+	}
+	ttl = strtod(db_value(res, 0, 0), NULL);
+	if (ttl > 0 && ttl != lease_ttl)
+	{
+		lease_ttl = ttl;
+		update_grace();
+	}
+	lease_deadline = sent + SEC(lease_ttl) - grace_ns;
+	runs_push_deadline(lease_deadline, grace_ns);
+	next_heartbeat = sent + SEC(lease_ttl / 3);
+	log_event("lease-renewed", "epoch=%" PRId64 " lease_ttl=%.3fs running=%s kill=%s deadline_in=%.3fs",
+			  epoch, lease_ttl, list, db_value(res, 0, 1),
+			  (double) (lease_deadline - lease_clock_ns()) / NS_PER_SEC);
+	kill_list(db_value(res, 0, 1), "heartbeat");
+	db_clear(res);
+	free(list);
+	return true;
+}
+
+static bool
+have_room(int *max_frames)
+{
+	double		cores;
+	int64_t		memory;
+	int			gpus,
+				count;
+
+	runs_usage(&cores, &memory, &gpus, &count);
+	*max_frames = 0;
+	if (offer_cores - cores < 0.01 || memory >= offer_memory)
+		return false;
+	if (cfg.max_frames > 0)
+	{
+		if (count >= cfg.max_frames)
+			return false;
+		*max_frames = cfg.max_frames - count;
+		if (*max_frames > 1000)
+			*max_frames = 1000;
+	}
+	return true;
+}
+
+/* when the next reserve may go out; INT64_MAX if not now */
+static int64_t
+reserve_time(void)
+{
+	int			dummy;
+
+	if (phase != PH_RUNNING || stopping || !have_room(&dummy))
+		return INT64_MAX;
+	/*
+	 * Behind on renewals (heartbeats failing): a render launched now would
+	 * soon be fenced, so book nothing until the lease is renewed.
+	 */
+	if (lease_deadline - lease_clock_ns() < SEC(lease_ttl / 6))
+		return INT64_MAX;
+	return next_reserve > launch_hold_until ? next_reserve : launch_hold_until;
+}
+
+static void
+do_reserve(void)
+{
+	char		ep[32],
+				mf[16];
+	const char *params[4] = {cfg.host, token, ep, NULL};
+	struct pg_result *res;
+	int			max_frames,
+				n,
+				nb = 0;
+	struct booking *bs;
+	int64_t		now;
+
+	if (!have_room(&max_frames))
+		return;
+	snprintf(ep, sizeof(ep), "%" PRId64, epoch);
+	if (max_frames > 0)
+	{
+		snprintf(mf, sizeof(mf), "%d", max_frames);
+		params[3] = mf;
+	}
+	/* the layer's env as rows: no JSON parsing here */
+	res = db_exec("SELECT b.proc, b.frame, b.job, b.layer, b.frame_number, b.command, "
+				  "b.cores::text, b.memory, b.gpus, b.gpu_memory, e.key, e.value "
+				  "FROM frameq.reserve($1, $2, $3::bigint, $4::int) b "
+				  "LEFT JOIN LATERAL jsonb_each_text(b.env) e ON true",
+				  4, params, call_timeout_ms(), NULL);
+	if (!res)
+		return;
+	now = lease_clock_ns();
+	if (!db_ok(res))
+	{
+		if (!lease_error(res))
+			log_event("reserve-failed", "epoch=%" PRId64 " sqlstate=%s error=\"%s\"",
+					  epoch, db_sqlstate(res), db_error(res));
+		next_reserve = now + SEC(cfg.reserve_interval);
+		db_clear(res);
+		return;
+	}
+	n = db_ntuples(res);
+	bs = calloc((size_t) (n > 0 ? n : 1), sizeof(*bs));
+	for (int i = 0; i < n; i++)
+	{
+		int64_t		proc = strtoll(db_value(res, i, 0), NULL, 10);
+		struct booking *b = NULL;
+
+		for (int j = 0; j < nb; j++)
+			if (bs[j].proc == proc)
+				b = &bs[j];
+		if (!b)
+		{
+			b = &bs[nb++];
+			b->proc = proc;
+			b->frame = strtoll(db_value(res, i, 1), NULL, 10);
+			b->job = strtoll(db_value(res, i, 2), NULL, 10);
+			b->layer = strtoll(db_value(res, i, 3), NULL, 10);
+			b->frame_number = atoi(db_value(res, i, 4));
+			b->command = (char *) db_value(res, i, 5);
+			snprintf(b->cores, sizeof(b->cores), "%s", db_value(res, i, 6));
+			b->cores_n = strtod(b->cores, NULL);
+			b->memory = strtoll(db_value(res, i, 7), NULL, 10);
+			b->gpus = atoi(db_value(res, i, 8));
+			b->gpu_memory = strtoll(db_value(res, i, 9), NULL, 10);
+			b->env = calloc((size_t) n + 1, sizeof(char *));
+		}
+		if (!db_isnull(res, i, 10))
+		{
+			const char *k = db_value(res, i, 10);
+
+			if (!k[0] || strchr(k, '='))
+				log_event("warning", "proc=%" PRId64 " message=\"env name '%s' is not valid; left out\"", proc, k);
+			else if (asprintf(&b->env[b->nenv], "%s=%s", k,
+							  db_isnull(res, i, 11) ? "" : db_value(res, i, 11)) >= 0)
+				b->nenv++;
+		}
+	}
+	for (int j = 0; j < nb; j++)
+	{
+		struct booking *b = &bs[j];
+		struct launch l = {
+			.b = b,
+			.epoch = epoch,
+			.state_dir = cfg.state_dir,
+			.log_dir = cfg.log_dir,
+			.work_dir = cfg.work_dir,
+			.kill_grace_ns = grace_ns,
+			.host = cfg.host
+		};
+
+		log_event("booked", "proc=%" PRId64 " frame=%" PRId64 " job=%" PRId64 " layer=%" PRId64 " frame_number=%d cores=%s memory=%" PRId64 " gpus=%d epoch=%" PRId64,
+				  b->proc, b->frame, b->job, b->layer, b->frame_number, b->cores,
+				  b->memory, b->gpus, epoch);
+		/* the booking was made under the lease the last renewal holds */
+		runs_launch(&l, lease_deadline);
+		for (int k = 0; k < b->nenv; k++)
+			free(b->env[k]);
+		free(b->env);
+	}
+	free(bs);
+	db_clear(res);
+	next_reserve = nb > 0 ? now : now + SEC(cfg.reserve_interval);
+}
+
+static void
+on_notify(const char *chan, const char *payload)
+{
+	const char *p;
+	char		reason[256] = "";
+	long long	proc;
+
+	if (!channel[0] || strcmp(chan, channel) != 0 || !payload)
+		return;
+	/* {"proc": 123, "reason": "..."}: a hint, so a forgiving parse is enough */
+	p = strstr(payload, "\"proc\"");
+	if (!p || !(p = strchr(p, ':')))
+		return;
+	proc = strtoll(p + 1, NULL, 10);
+	if ((p = strstr(payload, "\"reason\"")) && (p = strchr(p, ':')) && (p = strchr(p, '"')))
+	{
+		size_t		i = 0;
+
+		for (p++; *p && *p != '"' && i < sizeof(reason) - 1; p++)
+		{
+			if (*p == '\\' && p[1])
+				p++;
+			reason[i++] = *p;
+		}
+		reason[i] = '\0';
+	}
+	log_event("kill-order", "proc=%lld reason=\"%s\" source=notification", proc, log_clean(reason));
+	runs_kill(proc, WHY_ORDER, reason);
+}
+
+static void
+do_reload(void)
+{
+	struct config n;
+	char		err[1024];
+	char	   *t;
+	bool		reconnect = false;
+
+	reload_requested = false;
+	if (config_load(&n, saved_argc, saved_argv, err, sizeof(err)) != 0)
+	{
+		log_event("reload-failed", "error=\"%s\"", err);
+		config_free(&n);
+		return;
+	}
+	if (strcmp(n.host, cfg.host) != 0 || strcmp(n.state_dir, cfg.state_dir) != 0)
+	{
+		log_event("warning", "message=\"host and state-dir change only with a restart; keeping %s and %s\"",
+				  cfg.host, cfg.state_dir);
+		free(n.host);
+		n.host = strdup(cfg.host);
+		free(n.state_dir);
+		n.state_dir = strdup(cfg.state_dir);
+	}
+	t = config_read_token(n.token_file, err, sizeof(err));
+	if (!t)
+	{
+		log_event("reload-failed", "error=\"%s\"", err);
+		config_free(&n);
+		return;
+	}
+	if (strcmp(t, token) != 0 || strcmp(n.conninfo, cfg.conninfo) != 0)
+		reconnect = true;
+	free(token);
+	token = t;
+	config_free(&cfg);
+	cfg = n;
+	update_grace();
+	log_event("reloaded", "config=%s", cfg.config_file[0] ? cfg.config_file : "-");
+	compute_offer();
+	if (mkdir_p(cfg.log_dir, 0755) != 0)
+		log_event("warning", "message=\"cannot create log dir %s: %s\"", cfg.log_dir, strerror(errno));
+	if (reconnect)
+		db_disconnect("connection settings reloaded");
+	next_reserve = 0;
+}
+
+static void
+handle_signals(void)
+{
+	struct signalfd_siginfo si;
+
+	while (read(sigfd, &si, sizeof(si)) == sizeof(si))
+	{
+		switch (si.ssi_signo)
+		{
+			case SIGTERM:
+			case SIGINT:
+				if (!stopping)
+				{
+					stopping = true;
+					stop_kill = cfg.kill_on_term;
+					log_event("stopping", "signal=%s mode=%s running=%d",
+							  si.ssi_signo == SIGTERM ? "TERM" : "INT",
+							  stop_kill ? "kill" : "finish", runs_alive());
+				}
+				else if (!stop_kill)
+				{
+					stop_kill = true;
+					log_event("stopping", "signal=%s mode=kill running=%d",
+							  si.ssi_signo == SIGTERM ? "TERM" : "INT", runs_alive());
+				}
+				if (stop_kill)
+					runs_kill_all(WHY_SHUTDOWN, "agent stopping");
+				break;
+			case SIGHUP:
+				reload_requested = true;
+				break;
+			default:
+				break;
+		}
+	}
+}
+
+static int64_t
+connect_backoff(void)
+{
+	int64_t		b = 100000000LL << (connect_failures < 5 ? connect_failures : 5);
+	int64_t		cap = SEC(2);
+
+	if (lease_ttl > 0 && SEC(lease_ttl / 6) < cap)
+		cap = SEC(lease_ttl / 6);
+	return b < cap ? b : cap;
+}
+
+/* one round of talking to the database: returns when it has nothing to do */
+static void
+step(void)
+{
+	int64_t		now = lease_clock_ns();
+
+	if (phase == PH_RECOVER)
+	{
+		if (runs_alive() > 0)
+		{
+			if (now - last_wait_log > SEC(5))
+			{
+				log_event("waiting", "reason=\"an earlier agent's renders are being killed\" alive=%d", runs_alive());
+				last_wait_log = now;
+			}
+			return;
+		}
+		phase = PH_ATTACH;
+	}
+
+	if (!db_connected())
+	{
+		if (now < next_connect)
+			return;
+		if (!db_connect(cfg.conninfo, cfg.host))
+		{
+			connect_failures++;
+			next_connect = lease_clock_ns() + connect_backoff();
+			return;
+		}
+		connect_failures = 0;
+		listening = false;
+	}
+
+	/*
+	 * Reports first.  Before an attach, all of them at once: an earlier
+	 * epoch's finished render counts only while its proc is still live.
+	 */
+	if (!runs_send_reports(cfg.host, token, phase == PH_ATTACH, call_timeout_ms()))
+		return;
+
+	if (phase == PH_LEASE_LOST)
+	{
+		if (runs_alive() > 0)
+		{
+			if (now - last_wait_log > SEC(5))
+			{
+				log_event("waiting", "reason=\"renders of the lost lease are being killed\" alive=%d", runs_alive());
+				last_wait_log = now;
+			}
+			return;
+		}
+		phase = PH_ATTACH;
+		next_heartbeat = 0;
+	}
+	if (phase == PH_ATTACH)
+	{
+		if (stopping || now < next_heartbeat)
+			return;
+		if (!do_attach())
+			return;
+	}
+
+	/* PH_RUNNING */
+	if (!listening && channel[0])
+	{
+		bool		ok = db_listen(channel);
+
+		if (!db_connected())
+			return;
+		/* if it failed, kill orders still come with heartbeats; again after a reconnect */
+		listening = true;
+		if (ok)
+			log_event("listening", "channel=%s", channel);
+	}
+	if (stopping && runs_alive() == 0 && runs_pending_reports() == 0 && final_beats < 2)
+	{
+		/*
+		 * Two heartbeats that list nothing: the second releases even a
+		 * booking made after the last regular heartbeat (a proc counts as
+		 * seen once a heartbeat came after its booking).
+		 */
+		if (!do_heartbeat())
+			return;
+		final_beats++;
+		return;
+	}
+	if (lease_clock_ns() >= next_heartbeat && !do_heartbeat())
+		return;
+	if (phase != PH_RUNNING || stopping)
+		return;
+	/* a render that could not even start: the host is broken, do not churn */
+	if (runs_take_launch_error())
+		launch_hold_until = lease_clock_ns() + SEC(10);
+	/* room again: ask at once */
+	if (runs_take_ended())
+		next_reserve = 0;
+	if (lease_clock_ns() >= reserve_time())
+		do_reserve();
+}
+
+static bool
+shutdown_done(void)
+{
+	int64_t		now = lease_clock_ns();
+
+	if (runs_alive() > 0)
+		return false;
+	if (stop_give_up == 0)
+		stop_give_up = now + SEC(lease_ttl * 2 > 10 ? lease_ttl * 2 : 10);
+	if (runs_pending_reports() == 0 && (final_beats >= 2 || phase != PH_RUNNING))
+		return true;
+	if (now >= stop_give_up)
+	{
+		log_event("warning", "message=\"could not report everything before stopping: %d report(s) stay in %s for the next start\"",
+				  runs_pending_reports(), cfg.state_dir);
+		if (runs_pending_reports() > 0)
+			exit_code = 1;
+		return true;
+	}
+	return false;
+}
+
+static void
+wait_events(void)
+{
+	int64_t		now = lease_clock_ns();
+	int64_t		wake = now + NS_PER_SEC;
+	struct pollfd pfd[2];
+	int			np = 0;
+
+	if (!db_connected())
+	{
+		if (next_connect < wake)
+			wake = next_connect;
+	}
+	else
+	{
+		if ((phase == PH_RUNNING || phase == PH_ATTACH) && next_heartbeat < wake)
+			wake = next_heartbeat;
+		if (reserve_time() < wake)
+			wake = reserve_time();
+		if (runs_next_report() < wake)
+			wake = runs_next_report();
+	}
+	if (runs_next_poll() < wake)
+		wake = runs_next_poll();
+	if (phase == PH_RECOVER || phase == PH_LEASE_LOST || stopping)
+		wake = wake < now + 100000000 ? wake : now + 100000000;
+
+	pfd[np].fd = sigfd;
+	pfd[np].events = POLLIN;
+	np++;
+	if (db_connected())
+	{
+		pfd[np].fd = db_socket();
+		pfd[np].events = POLLIN;
+		np++;
+	}
+	if (wake <= now)
+		wake = now;
+	if (poll(pfd, (nfds_t) np, (int) ((wake - now + 999999) / 1000000)) > 0 &&
+		np > 1 && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR)))
+		db_consume();
+}
+
+/*
+ * The state directory is only good for this boot: after a crash of the
+ * machine its renders are dead (attach() with the new boot id releases
+ * their procs), and a result written just before the crash may describe
+ * output that never reached the disk.  So a directory from another boot is
+ * emptied, not reported.
+ */
+static void
+forget_other_boots(void)
+{
+	char		path[PATH_MAX],
+				old[256] = "";
+	int			fd;
+	ssize_t		n;
+
+	snprintf(path, sizeof(path), "%s/boot_id", cfg.state_dir);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0)
+	{
+		n = read(fd, old, sizeof(old) - 1);
+		old[n > 0 ? n : 0] = '\0';
+		close(fd);
+		old[strcspn(old, "\r\n")] = '\0';
+	}
+	if (old[0] && strcmp(old, boot_id) != 0)
+	{
+		int64_t    *procs;
+		int			np = state_list(cfg.state_dir, &procs);
+
+		log_event("state-discarded", "runs=%d reason=\"the state directory is from an earlier boot (%s)\"",
+				  np, old);
+		for (int i = 0; i < np; i++)
+			state_remove(cfg.state_dir, procs[i]);
+		free(procs);
+	}
+	if (strcmp(old, boot_id) != 0)
+	{
+		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd < 0 || write(fd, boot_id, strlen(boot_id)) < 0 || close(fd) != 0)
+			log_event("warning", "message=\"cannot write %s: %s\"", path, strerror(errno));
+	}
+}
+
+int
+main(int argc, char **argv)
+{
+	char		err[1024];
+	char		lockpath[PATH_MAX];
+	sigset_t	mask;
+	int			lockfd,
+				rc;
+
+	saved_argc = argc;
+	saved_argv = argv;
+	signal(SIGPIPE, SIG_IGN);
+
+	rc = config_load(&cfg, argc, argv, err, sizeof(err));
+	if (rc == 1)
+		return 0;
+	if (rc < 0)
+	{
+		fprintf(stderr, "frameq-agent: %s\n", err);
+		return 2;
+	}
+	if (!(token = config_read_token(cfg.token_file, err, sizeof(err))))
+	{
+		fprintf(stderr, "frameq-agent: %s\n", err);
+		log_event("refused", "error=\"%s\"", err);
+		return 2;
+	}
+	if (mkdir_p(cfg.state_dir, 0700) != 0 || mkdir_p(cfg.log_dir, 0755) != 0)
+	{
+		fprintf(stderr, "frameq-agent: cannot create %s or %s: %s\n",
+				cfg.state_dir, cfg.log_dir, strerror(errno));
+		return 2;
+	}
+	/* one agent per state directory */
+	snprintf(lockpath, sizeof(lockpath), "%s/agent.lock", cfg.state_dir);
+	lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) != 0)
+	{
+		fprintf(stderr, "frameq-agent: another agent is using %s\n", cfg.state_dir);
+		return 2;
+	}
+	read_boot_id();
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	sigaddset(&mask, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sigfd < 0)
+	{
+		perror("frameq-agent: signalfd");
+		return 2;
+	}
+
+	log_event("start", "version=%s host=%s pid=%d state_dir=%s log_dir=%s work_dir=%s kill_grace=%.2fs on_term=%s config=%s",
+			  AGENT_VERSION, cfg.host, (int) getpid(), cfg.state_dir, cfg.log_dir,
+			  cfg.work_dir, cfg.kill_grace, cfg.kill_on_term ? "kill" : "finish",
+			  cfg.config_file[0] ? cfg.config_file : "-");
+	resources_detect(&machine);
+	compute_offer();
+	update_grace();
+	runs_set_state_dir(cfg.state_dir);
+	forget_other_boots();
+	runs_adopt_leftovers(cfg.state_dir);
+	db_set_notify_handler(on_notify);
+
+	for (;;)
+	{
+		handle_signals();
+		if (reload_requested)
+			do_reload();
+		runs_reap(grace_ns);
+		step();
+		runs_reap(grace_ns);
+		if (stopping && shutdown_done())
+			break;
+		wait_events();
+	}
+	db_disconnect("stopped");
+	log_event("stopped", "exit_status=%d", exit_code);
+	return exit_code;
+}

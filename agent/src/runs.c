@@ -1,0 +1,657 @@
+/*
+ * runs.c: the bookings on this machine, from launch to acknowledged report.
+ *
+ * A run is live while its supervisor (or, if the supervisor died, anything
+ * of its render's process group) is alive; every live run is listed in
+ * heartbeats, whatever its epoch, because its process may still run.  When
+ * it has ended, the supervisor's result decides what the database hears:
+ *
+ *   - it ended on its own, or was killed on the database's kill order:
+ *     complete() with its exit status, retried until acknowledged (the run
+ *     stays listed in heartbeats until then, so a heartbeat cannot release
+ *     it as lost while its report is on the way);
+ *   - it was killed because the lease was lost, at shutdown (--kill-on-term)
+ *     or as an earlier agent's leftover, or fenced by its supervisor: no
+ *     report.  These are the agent's doing, not the frame's failure, so they
+ *     must not use up a retry; the next heartbeats no longer list the proc
+ *     and the server releases it (lost_by_agent, or killed for a kill order),
+ *     or the lease expiry or attach() does.
+ *
+ * The state directory mirrors the table (statefile.c), so that an agent that
+ * died can be followed by one that knows what ran.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+/* how long a supervisor may take to die after SIGTERM before it gets SIGKILL */
+#define SUPERVISOR_SLACK_NS (3 * NS_PER_SEC)
+
+struct run
+{
+	struct run *next;
+	struct booking b;
+	int64_t		epoch;
+	int64_t		started_ns;
+
+	pid_t		sup_pid;
+	unsigned long long sup_start;
+	pid_t		render_pid;
+	bool		child;			/* our child: waitpid() tells when it ends */
+	bool		leftover;		/* an earlier agent's */
+	int			pipe_fd;		/* deadlines to the supervisor; -1 if none */
+	bool		sup_alive;
+	bool		sup_killed;		/* SIGKILL sent to a supervisor that would not die */
+
+	/* the supervisor died without a result: its render's group may live on */
+	bool		orphan;
+	int64_t		orphan_term_at;
+	bool		orphan_killed;
+
+	enum kill_why why;
+	int64_t		kill_sent_at;
+
+	bool		no_result;		/* the supervisor died without writing one */
+	struct result_record res;
+
+	bool		report;			/* complete() not yet acknowledged */
+	int64_t		next_report;
+	int			report_tries;
+};
+
+static struct run *runs;
+static char *state_dir;
+static bool launch_error;
+static bool ended_flag;
+
+void
+runs_set_state_dir(const char *dir)
+{
+	free(state_dir);
+	state_dir = strdup(dir);
+}
+
+bool
+runs_take_launch_error(void)
+{
+	bool		r = launch_error;
+
+	launch_error = false;
+	return r;
+}
+
+bool
+runs_take_ended(void)
+{
+	bool		r = ended_flag;
+
+	ended_flag = false;
+	return r;
+}
+
+static const char *
+why_name(enum kill_why w)
+{
+	switch (w)
+	{
+		case WHY_NONE:
+			return "none";
+		case WHY_ORDER:
+			return "kill-order";
+		case WHY_LEASE:
+			return "lease-lost";
+		case WHY_SHUTDOWN:
+			return "shutdown";
+		case WHY_LEFTOVER:
+			return "leftover";
+	}
+	return "none";
+}
+
+static bool
+is_live(const struct run *r)
+{
+	return r->sup_alive || r->orphan;
+}
+
+static void
+free_run(struct run *r)
+{
+	if (r->pipe_fd >= 0)
+		close(r->pipe_fd);
+	free(r->b.command);
+	for (int i = 0; i < r->b.nenv; i++)
+		free(r->b.env[i]);
+	free(r->b.env);
+	free(r);
+}
+
+static void
+drop(struct run *r)
+{
+	struct run **pp;
+
+	state_remove(state_dir, r->b.proc);
+	for (pp = &runs; *pp; pp = &(*pp)->next)
+		if (*pp == r)
+		{
+			*pp = r->next;
+			break;
+		}
+	free_run(r);
+	ended_flag = true;
+}
+
+static struct run *
+find(int64_t proc)
+{
+	for (struct run *r = runs; r; r = r->next)
+		if (r->b.proc == proc)
+			return r;
+	return NULL;
+}
+
+/* the render has ended (r->res is set): report it or let the server release it */
+static void
+finalize(struct run *r)
+{
+	double		secs = r->started_ns ?
+		(double) (lease_clock_ns() - r->started_ns) / NS_PER_SEC : 0;
+	bool		report;
+
+	ended_flag = true;
+	if (r->res.killed_by == KILLED_NONE)
+		log_event("finished", "proc=%" PRId64 " frame=%" PRId64 " exit_status=%d exit_signal=%d max_rss=%" PRId64 " seconds=%.3f%s",
+				  r->b.proc, r->b.frame, r->res.exit_status, r->res.exit_signal,
+				  r->res.max_rss, secs, r->leftover ? " leftover=yes" : "");
+	else if (r->no_result)
+		log_event("lost", "proc=%" PRId64 " frame=%" PRId64 " reason=\"its supervisor died without a result; the render is dead\"",
+				  r->b.proc, r->b.frame);
+	else if (r->res.killed_by == KILLED_ERROR)
+	{
+		log_event("not-run", "proc=%" PRId64 " frame=%" PRId64 " reason=\"the render could not be started\"",
+				  r->b.proc, r->b.frame);
+		if (!r->leftover)
+			launch_error = true;
+	}
+	else
+		log_event("killed", "proc=%" PRId64 " frame=%" PRId64 " by=%s why=%s exit_signal=%d seconds=%.3f%s",
+				  r->b.proc, r->b.frame, killed_by_name(r->res.killed_by),
+				  why_name(r->why), r->res.exit_signal, secs,
+				  r->leftover ? " leftover=yes" : "");
+
+	report = r->res.killed_by == KILLED_NONE ||
+		(r->res.killed_by == KILLED_AGENT && r->why == WHY_ORDER);
+	if (!report)
+	{
+		drop(r);
+		return;
+	}
+	r->report = true;
+	r->next_report = 0;
+}
+
+static void
+supervisor_gone(struct run *r)
+{
+	struct run_record rec;
+
+	r->sup_alive = false;
+	if (r->pipe_fd >= 0)
+	{
+		close(r->pipe_fd);
+		r->pipe_fd = -1;
+	}
+	if (state_read_result(state_dir, r->b.proc, &r->res) == 0)
+	{
+		finalize(r);
+		return;
+	}
+	/* no result: the supervisor was killed; its render may still be running */
+	if (r->render_pid == 0 && state_read_run(state_dir, r->b.proc, &rec) == 0)
+		r->render_pid = rec.render_pid;
+	memset(&r->res, 0, sizeof(r->res));
+	r->res.proc = r->b.proc;
+	r->res.epoch = r->epoch;
+	r->res.killed_by = KILLED_ERROR;
+	r->no_result = true;
+	if (r->render_pid > 0 && group_alive(r->render_pid, r->sup_pid))
+	{
+		log_event("orphan-render", "proc=%" PRId64 " pid=%d reason=\"its supervisor died; killing the render\"",
+				  r->b.proc, (int) r->render_pid);
+		group_signal(r->render_pid, r->sup_pid, SIGTERM);
+		group_signal(r->render_pid, r->sup_pid, SIGCONT);
+		r->orphan = true;
+		r->orphan_term_at = lease_clock_ns();
+		return;
+	}
+	finalize(r);
+}
+
+struct run *
+runs_launch(const struct launch *l, int64_t deadline_ns)
+{
+	struct run *r = calloc(1, sizeof(*r));
+	struct run_record rec;
+	struct lease_msg msg;
+	int			fds[2];
+	pid_t		pid;
+
+	r->b = *l->b;
+	r->b.command = strdup(l->b->command);
+	r->b.env = calloc((size_t) l->b->nenv + 1, sizeof(char *));
+	for (int i = 0; i < l->b->nenv; i++)
+		r->b.env[i] = strdup(l->b->env[i]);
+	r->epoch = l->epoch;
+	r->pipe_fd = -1;
+	r->child = true;
+	r->started_ns = lease_clock_ns();
+	r->next = runs;
+	runs = r;
+
+	if (pipe2(fds, O_CLOEXEC) != 0)
+	{
+		log_event("launch-error", "proc=%" PRId64 " error=\"pipe: %s\"", r->b.proc, strerror(errno));
+		goto failed;
+	}
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0)
+	{
+		log_event("launch-error", "proc=%" PRId64 " error=\"fork: %s\"", r->b.proc, strerror(errno));
+		close(fds[0]);
+		close(fds[1]);
+		goto failed;
+	}
+	if (pid == 0)
+	{
+		struct launch mine = *l;
+
+		/*
+		 * Keep stdio and the pipe, close everything else of the agent's (its
+		 * database socket, its lock on the state directory, the other
+		 * supervisors' pipes) without touching it: no libpq call here.
+		 */
+		mine.b = &r->b;
+		if (fds[0] != 3 && dup2(fds[0], 3) < 0)
+			_exit(1);
+		close_range(4, ~0U, 0);
+		supervisor_main(&mine, 3);
+	}
+	close(fds[0]);
+	r->pipe_fd = fds[1];
+	fcntl(r->pipe_fd, F_SETFL, fcntl(r->pipe_fd, F_GETFL) | O_NONBLOCK);
+	r->sup_pid = pid;
+	r->sup_alive = true;
+	proc_start_time(pid, &r->sup_start);
+
+	/* record it before anything runs: a later agent must find every render */
+	memset(&rec, 0, sizeof(rec));
+	rec.proc = r->b.proc;
+	rec.epoch = r->epoch;
+	rec.frame = r->b.frame;
+	rec.job = r->b.job;
+	rec.layer = r->b.layer;
+	rec.frame_number = r->b.frame_number;
+	rec.sup_pid = pid;
+	rec.sup_start = r->sup_start;
+	if (state_write_run(state_dir, &rec) != 0)
+	{
+		log_event("launch-error", "proc=%" PRId64 " error=\"cannot write the state file in %s: %s\"",
+				  r->b.proc, state_dir, strerror(errno));
+		/* no go: the supervisor sees end of file and exits without starting */
+		close(r->pipe_fd);
+		r->pipe_fd = -1;
+		launch_error = true;
+		return r;
+	}
+	/* the go, and the first deadline */
+	msg.deadline_ns = deadline_ns;
+	msg.grace_ns = l->kill_grace_ns;
+	if (write(r->pipe_fd, &msg, sizeof(msg)) != sizeof(msg))
+	{
+		log_event("launch-error", "proc=%" PRId64 " error=\"cannot reach the supervisor: %s\"",
+				  r->b.proc, strerror(errno));
+		close(r->pipe_fd);
+		r->pipe_fd = -1;
+		launch_error = true;
+	}
+	return r;
+
+failed:
+	memset(&r->res, 0, sizeof(r->res));
+	r->res.proc = r->b.proc;
+	r->res.killed_by = KILLED_ERROR;
+	finalize(r);
+	return NULL;
+}
+
+static void
+kill_run(struct run *r, enum kill_why why, const char *reason)
+{
+	if (!is_live(r) || r->why != WHY_NONE)
+		return;
+	r->why = why;
+	r->kill_sent_at = lease_clock_ns();
+	log_event("killing", "proc=%" PRId64 " frame=%" PRId64 " why=%s reason=\"%s\"",
+			  r->b.proc, r->b.frame, why_name(why), log_clean(reason));
+	if (r->sup_alive)
+	{
+		/* a leftover is not our child: make sure the pid is still its */
+		if (r->child || proc_alive(r->sup_pid, r->sup_start))
+			kill(r->sup_pid, SIGTERM);
+	}
+}
+
+void
+runs_kill(int64_t proc, enum kill_why why, const char *reason)
+{
+	struct run *r = find(proc);
+
+	if (r)
+		kill_run(r, why, reason);
+}
+
+void
+runs_kill_all(enum kill_why why, const char *reason)
+{
+	for (struct run *r = runs; r; r = r->next)
+		kill_run(r, why, reason);
+}
+
+void
+runs_push_deadline(int64_t deadline_ns, int64_t grace_ns)
+{
+	struct lease_msg msg = {.deadline_ns = deadline_ns,.grace_ns = grace_ns};
+
+	for (struct run *r = runs; r; r = r->next)
+	{
+		if (r->pipe_fd < 0)
+			continue;
+		/*
+		 * A full pipe (a supervisor that does not read) loses this one; it
+		 * still has the previous deadline, which is the safe side.
+		 */
+		if (write(r->pipe_fd, &msg, sizeof(msg)) < 0 && errno == EPIPE)
+		{
+			close(r->pipe_fd);
+			r->pipe_fd = -1;
+		}
+	}
+}
+
+void
+runs_reap(int64_t kill_grace_ns)
+{
+	pid_t		pid;
+	int			status;
+	int64_t		now = lease_clock_ns();
+	struct run *r,
+			   *next;
+
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+	{
+		for (r = runs; r; r = r->next)
+			if (r->child && r->sup_alive && r->sup_pid == pid)
+			{
+				supervisor_gone(r);
+				break;
+			}
+	}
+
+	for (r = runs; r; r = next)
+	{
+		next = r->next;
+		if (r->sup_alive && !r->child && !proc_alive(r->sup_pid, r->sup_start))
+		{
+			supervisor_gone(r);
+			continue;
+		}
+		if (r->sup_alive && r->kill_sent_at && !r->sup_killed &&
+			now > r->kill_sent_at + kill_grace_ns + SUPERVISOR_SLACK_NS &&
+			(r->child || proc_alive(r->sup_pid, r->sup_start)))
+		{
+			/* it should have killed its render by now: take over */
+			log_event("supervisor-stuck", "proc=%" PRId64 " supervisor=%d reason=\"did not end after the kill; SIGKILL\"",
+					  r->b.proc, (int) r->sup_pid);
+			kill(r->sup_pid, SIGKILL);
+			r->sup_killed = true;
+			continue;
+		}
+		if (r->orphan)
+		{
+			if (!group_alive(r->render_pid, r->sup_pid))
+			{
+				r->orphan = false;
+				finalize(r);
+			}
+			else if (!r->orphan_killed && now >= r->orphan_term_at + kill_grace_ns)
+			{
+				group_signal(r->render_pid, r->sup_pid, SIGKILL);
+				r->orphan_killed = true;
+			}
+		}
+	}
+}
+
+void
+runs_adopt_leftovers(const char *dir)
+{
+	int64_t    *procs;
+	int			n = state_list(dir, &procs);
+
+	for (int i = 0; i < n; i++)
+	{
+		struct run_record rec;
+		struct run *r;
+
+		if (find(procs[i]))
+			continue;
+		if (state_read_run(dir, procs[i], &rec) != 0)
+		{
+			log_event("leftover", "proc=%" PRId64 " reason=\"unreadable state file; removed\"", procs[i]);
+			state_remove(dir, procs[i]);
+			continue;
+		}
+		r = calloc(1, sizeof(*r));
+		r->b.proc = rec.proc;
+		r->b.frame = rec.frame;
+		r->b.job = rec.job;
+		r->b.layer = rec.layer;
+		r->b.frame_number = rec.frame_number;
+		r->b.command = strdup("");
+		r->b.env = calloc(1, sizeof(char *));
+		r->epoch = rec.epoch;
+		r->sup_pid = rec.sup_pid;
+		r->sup_start = rec.sup_start;
+		r->render_pid = rec.render_pid;
+		r->leftover = true;
+		r->pipe_fd = -1;
+		r->next = runs;
+		runs = r;
+
+		if (state_read_result(dir, rec.proc, &r->res) == 0)
+		{
+			/* it ended while no agent was looking: report it if it may be */
+			r->why = WHY_LEFTOVER;
+			finalize(r);
+			continue;
+		}
+		if (proc_alive(rec.sup_pid, rec.sup_start))
+		{
+			r->sup_alive = true;
+			log_event("leftover", "proc=%" PRId64 " frame=%" PRId64 " epoch=%" PRId64 " supervisor=%d render=%d reason=\"an earlier agent's render: killing it before attaching\"",
+					  rec.proc, rec.frame, rec.epoch, (int) rec.sup_pid, (int) rec.render_pid);
+			kill_run(r, WHY_LEFTOVER, "left by an earlier agent");
+			continue;
+		}
+		log_event("leftover", "proc=%" PRId64 " frame=%" PRId64 " epoch=%" PRId64 " reason=\"its supervisor is gone\"",
+				  rec.proc, rec.frame, rec.epoch);
+		r->why = WHY_LEFTOVER;
+		supervisor_gone(r);
+	}
+	free(procs);
+}
+
+int
+runs_alive(void)
+{
+	int			n = 0;
+
+	for (struct run *r = runs; r; r = r->next)
+		if (is_live(r))
+			n++;
+	return n;
+}
+
+int
+runs_pending_reports(void)
+{
+	int			n = 0;
+
+	for (struct run *r = runs; r; r = r->next)
+		if (r->report)
+			n++;
+	return n;
+}
+
+char *
+runs_running_list(int64_t current_epoch)
+{
+	size_t		cap = 64,
+				len = 0;
+	char	   *s = malloc(cap);
+
+	s[len++] = '{';
+	for (struct run *r = runs; r; r = r->next)
+	{
+		char		num[32];
+		int			k;
+
+		/*
+		 * Alive, whatever the epoch; or ended with its report on the way
+		 * (then only under the current epoch: an earlier epoch's proc is
+		 * not live anyway, and listing it would only make it a zombie).
+		 */
+		if (!is_live(r) && !(r->report && r->epoch == current_epoch))
+			continue;
+		k = snprintf(num, sizeof(num), "%s%" PRId64, len > 1 ? "," : "", r->b.proc);
+		if (len + (size_t) k + 2 > cap)
+			s = realloc(s, cap = cap * 2 + (size_t) k);
+		memcpy(s + len, num, (size_t) k);
+		len += (size_t) k;
+	}
+	s[len++] = '}';
+	s[len] = '\0';
+	return s;
+}
+
+bool
+runs_send_reports(const char *host, const char *token, bool all_now, int timeout_ms)
+{
+	int64_t		now = lease_clock_ns();
+	struct run *r,
+			   *next;
+
+	for (r = runs; r; r = next)
+	{
+		char		epoch[32],
+					proc[32],
+					st[16],
+					sig[16],
+					rss[32];
+		const char *params[7];
+		struct pg_result *res;
+
+		next = r->next;
+		if (!r->report || (!all_now && now < r->next_report))
+			continue;
+		snprintf(epoch, sizeof(epoch), "%" PRId64, r->epoch);
+		snprintf(proc, sizeof(proc), "%" PRId64, r->b.proc);
+		snprintf(st, sizeof(st), "%d", r->res.exit_status);
+		snprintf(sig, sizeof(sig), "%d", r->res.exit_signal);
+		snprintf(rss, sizeof(rss), "%" PRId64, r->res.max_rss);
+		params[0] = host;
+		params[1] = token;
+		params[2] = epoch;
+		params[3] = proc;
+		params[4] = st;
+		params[5] = sig;
+		params[6] = r->res.max_rss >= 0 ? rss : NULL;
+		res = db_exec("SELECT frameq.complete($1, $2, $3::bigint, $4::bigint, $5::int, $6::int, $7::bigint)",
+					  7, params, timeout_ms, NULL);
+		if (!res)
+			return false;
+		if (db_ok(res) && db_ntuples(res) == 1)
+		{
+			const char *answer = db_value(res, 0, 0);
+
+			log_event("reported", "proc=%" PRId64 " frame=%" PRId64 " epoch=%" PRId64 " exit_status=%d exit_signal=%d answer=%s%s",
+					  r->b.proc, r->b.frame, r->epoch, r->res.exit_status,
+					  r->res.exit_signal, answer,
+					  strcmp(answer, "stale") == 0 ?
+					  " note=\"not this host's live proc any more: its output must not be published\"" : "");
+			db_clear(res);
+			drop(r);
+			continue;
+		}
+		r->report_tries++;
+		r->next_report = now + (int64_t) (r->report_tries < 5 ? (1 << r->report_tries) : 30) * NS_PER_SEC / 2;
+		log_event("report-failed", "proc=%" PRId64 " sqlstate=%s error=\"%s\" retry_in=%.1fs",
+				  r->b.proc, db_sqlstate(res), db_error(res),
+				  (double) (r->next_report - now) / NS_PER_SEC);
+		db_clear(res);
+	}
+	return true;
+}
+
+void
+runs_usage(double *cores, int64_t *memory, int *gpus, int *count)
+{
+	*cores = 0;
+	*memory = 0;
+	*gpus = 0;
+	*count = 0;
+	for (struct run *r = runs; r; r = r->next)
+	{
+		if (!is_live(r))
+			continue;
+		*cores += r->b.cores_n;
+		*memory += r->b.memory;
+		*gpus += r->b.gpus;
+		(*count)++;
+	}
+}
+
+int64_t
+runs_next_poll(void)
+{
+	int64_t		t = INT64_MAX,
+				now = lease_clock_ns();
+
+	/* not our children (no SIGCHLD), orphans, stuck ones: look again soon */
+	for (struct run *r = runs; r; r = r->next)
+		if ((r->sup_alive && (!r->child || r->kill_sent_at)) || r->orphan)
+			t = now + 100000000;
+	return t;
+}
+
+int64_t
+runs_next_report(void)
+{
+	int64_t		t = INT64_MAX;
+
+	for (struct run *r = runs; r; r = r->next)
+		if (r->report && r->next_report < t)
+			t = r->next_report;
+	return t;
+}
