@@ -23,3 +23,14 @@ include $(PGXS)
 .PHONY: demo
 demo:
 	demo/run
+
+# ---- frameq-agent (agent/): the host agent, a program of its own, built
+# with the extension (its own plain Makefile; PG_CFLAGS passes down).  Not
+# installed by `make install`: see agent/README.md.
+all: agent
+clean: agent-clean
+.PHONY: agent agent-clean
+agent:
+	$(MAKE) -C agent
+agent-clean:
+	$(MAKE) -C agent clean
