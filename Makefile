@@ -24,6 +24,12 @@ include $(PGXS)
 demo:
 	demo/run
 
+# the benchmark suite (issue 6): `make bench` is its quick mode; bench/run
+# --full for the complete figures (doc/benchmarks.md)
+.PHONY: bench
+bench:
+	bench/run
+
 # ---- frameq-agent (agent/): the host agent, a program of its own, built
 # with the extension (its own plain Makefile; PG_CFLAGS passes down).  Not
 # installed by `make install`: see agent/README.md.
