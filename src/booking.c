@@ -591,13 +591,19 @@ book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left)
 	{
 		Oid			types[1] = {INT4OID};
 
-		plan = frameq_prepare("SELECT j.id, j.folder, coalesce(j.max_cc, -1),"
-							  "       coalesce(j.max_gpus, -1), coalesce(f.max_cc, -1),"
-							  "       coalesce(f.max_gpus, -1), j.name"
-							  "  FROM frameq.job j LEFT JOIN frameq.folder f ON f.id = j.folder"
-							  " WHERE j.show = $1 AND j.state = 'active'"
-							  " ORDER BY j.priority DESC, j.id",
-							  1, types);
+		/*
+		 * Read in batches and usually stopped early: plan for the first
+		 * rows (walk job_dispatch in order), not for sorting every active
+		 * job of the show.
+		 */
+		plan = frameq_prepare_options("SELECT j.id, j.folder, coalesce(j.max_cc, -1),"
+									  "       coalesce(j.max_gpus, -1), coalesce(f.max_cc, -1),"
+									  "       coalesce(f.max_gpus, -1), j.name"
+									  "  FROM frameq.job j LEFT JOIN frameq.folder f ON f.id = j.folder"
+									  " WHERE j.show = $1 AND j.state = 'active'"
+									  " ORDER BY j.priority DESC, j.id",
+									  1, types,
+									  CURSOR_OPT_GENERIC_PLAN | CURSOR_OPT_FAST_PLAN);
 	}
 	args[0] = Int32GetDatum(show->show);
 	portal = SPI_cursor_open(NULL, plan, args, NULL, true);

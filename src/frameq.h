@@ -43,6 +43,8 @@ extern void frameq_require_preload(void);
 /* util.c */
 extern int64 frameq_random_id(void);
 extern SPIPlanPtr frameq_prepare(const char *sql, int nargs, Oid *argtypes);
+extern SPIPlanPtr frameq_prepare_options(const char *sql, int nargs, Oid *argtypes,
+										 int options);
 extern Datum frameq_numeric_from_cc(int32 cc);
 extern bool frameq_get_bool(HeapTuple tup, TupleDesc desc, int col, bool *isnull);
 extern int64 frameq_get_int64(HeapTuple tup, TupleDesc desc, int col, bool *isnull);

@@ -47,8 +47,14 @@ frameq_random_id(void)
 SPIPlanPtr
 frameq_prepare(const char *sql, int nargs, Oid *argtypes)
 {
-	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes,
-										  CURSOR_OPT_GENERIC_PLAN);
+	return frameq_prepare_options(sql, nargs, argtypes, CURSOR_OPT_GENERIC_PLAN);
+}
+
+/* the same, with planner options (a cursor read in batches wants FAST_PLAN) */
+SPIPlanPtr
+frameq_prepare_options(const char *sql, int nargs, Oid *argtypes, int options)
+{
+	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes, options);
 
 	if (plan == NULL)
 		elog(ERROR, "frameq: SPI_prepare failed (%s): %s",
