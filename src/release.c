@@ -406,7 +406,6 @@ maybe_finish_job(int64 job)
 	static SPIPlanPtr finish_plan = NULL;
 	Datum		args[1];
 	bool		waiting;
-	bool		running;
 
 	if (live_plan == NULL)
 	{
@@ -428,8 +427,6 @@ maybe_finish_job(int64 job)
 	if (SPI_execute_plan(live_plan, args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "frameq: job liveness check failed");
 	waiting = frameq_get_bool(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, NULL);
-	running = frameq_get_bool(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, NULL);
-	(void) running;
 	if (waiting)
 		return;
 	if (SPI_execute_plan(lock_plan, args, NULL, false, 1) != SPI_OK_SELECT)
