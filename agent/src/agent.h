@@ -56,6 +56,7 @@ struct config
 	int			max_frames;		/* frames at once; 0 = as many as fit */
 	bool		kill_on_term;	/* SIGTERM kills renders (else lets them finish) */
 	double		reserve_interval;	/* seconds between reserves that found nothing */
+	double		fault_drop_reports; /* percent of complete() calls to drop (tests) */
 	char	   *config_file;
 };
 
@@ -278,10 +279,14 @@ extern int	runs_pending_reports(void);
 
 /*
  * Send the reports that are due.  Stops at the first connection failure.
- * Returns false if the connection failed.
+ * Returns false if the connection failed.  drop_percent (fault injection,
+ * for tests only; normally 0) drops that share of the attempts at random:
+ * half are not sent (retried as a failed report is), half are sent and
+ * their answer discarded as if the connection had died before it arrived
+ * (the connection is closed; the report is sent again after reconnecting).
  */
 extern bool runs_send_reports(const char *host, const char *token, bool all_now,
-							  int timeout_ms);
+							  int timeout_ms, double drop_percent);
 
 /* used resources of live bookings */
 extern void runs_usage(double *cores, int64_t *memory, int *gpus, int *count);

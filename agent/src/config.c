@@ -30,6 +30,7 @@ enum opt_type
 	T_SIZE,
 	T_COUNT,
 	T_SECONDS,
+	T_PERCENT,
 	T_KILL_ON_TERM,
 	T_FINISH_ON_TERM,
 	T_CONFIG,
@@ -85,6 +86,11 @@ static const struct opt_def opts[] = {
 	"(a second SIGTERM kills them)"},
 	{"reserve-interval", T_SECONDS, OFF(reserve_interval), "SECONDS", "2",
 	"how long to wait after a reserve that found nothing (with room free)"},
+	{"fault-drop-reports", T_PERCENT, OFF(fault_drop_reports), "PERCENT", "0",
+	"for fault-injection tests only: drop this percentage (0 to 100) of\n"
+	"completion reports, chosen at random per attempt; half are not sent,\n"
+	"half are sent but their answer is discarded and the connection closed;\n"
+	"either way the report is sent again later"},
 	{"config", T_CONFIG, OFF(config_file), "PATH", "none",
 	"config file: lines of 'option = value' (option names as above)"},
 	{"help", T_HELP, 0, NULL, NULL, "show this help and exit"},
@@ -274,6 +280,11 @@ set_opt(struct config *cfg, const struct opt_def *o, const char *value,
 				break;
 			*(double *) (base + o->offset) = d;
 			return true;
+		case T_PERCENT:
+			if (!parse_number(value, 0, 100, &d))
+				break;
+			*(double *) (base + o->offset) = d;
+			return true;
 		case T_KILL_ON_TERM:
 		case T_FINISH_ON_TERM:
 			if (!parse_bool(value, &b))
@@ -423,6 +434,7 @@ set_defaults(struct config *cfg)
 	cfg->max_frames = 0;
 	cfg->kill_on_term = false;
 	cfg->reserve_interval = 2;
+	cfg->fault_drop_reports = 0;
 	cfg->config_file = strdup("");
 }
 

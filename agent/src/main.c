@@ -134,6 +134,15 @@ compute_offer(void)
 		log_event("warning", "message=\"offering more than the machine has\"");
 }
 
+/* a fault-injection setting is worth a line at every start and reload */
+static void
+warn_faults(void)
+{
+	if (cfg.fault_drop_reports > 0)
+		log_event("warning", "fault_drop_reports=%g message=\"fault injection: %g%% of completion reports are dropped (for tests only)\"",
+				  cfg.fault_drop_reports, cfg.fault_drop_reports);
+}
+
 static int
 mkdir_p(const char *path, mode_t mode)
 {
@@ -529,6 +538,7 @@ do_reload(void)
 	update_grace();
 	log_event("reloaded", "config=%s", cfg.config_file[0] ? cfg.config_file : "-");
 	compute_offer();
+	warn_faults();
 	if (mkdir_p(cfg.log_dir, 0755) != 0)
 		log_event("warning", "message=\"cannot create log dir %s: %s\"", cfg.log_dir, strerror(errno));
 	if (reconnect)
@@ -622,7 +632,8 @@ step(void)
 	 * Reports first.  Before an attach, all of them at once: an earlier
 	 * epoch's finished render counts only while its proc is still live.
 	 */
-	if (!runs_send_reports(cfg.host, token, phase == PH_ATTACH, call_timeout_ms()))
+	if (!runs_send_reports(cfg.host, token, phase == PH_ATTACH, call_timeout_ms(),
+						   cfg.fault_drop_reports))
 		return;
 
 	if (phase == PH_LEASE_LOST)
@@ -854,6 +865,7 @@ main(int argc, char **argv)
 			  cfg.config_file[0] ? cfg.config_file : "-");
 	resources_detect(&machine);
 	compute_offer();
+	warn_faults();
 	update_grace();
 	runs_set_state_dir(cfg.state_dir);
 	forget_other_boots();

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -555,8 +556,56 @@ runs_running_list(int64_t current_epoch)
 	return s;
 }
 
+/* a failed report: the next try after a backoff; returns the wait in seconds */
+static double
+report_later(struct run *r, int64_t now)
+{
+	r->report_tries++;
+	r->next_report = now + (int64_t) (r->report_tries < 5 ? (1 << r->report_tries) : 30) * NS_PER_SEC / 2;
+	return (double) (r->next_report - now) / NS_PER_SEC;
+}
+
+/*
+ * Fault injection (--fault-drop-reports, for tests only): which fate this
+ * attempt gets, drawn at random per attempt.  Half of the drops happen
+ * before the report is sent, half after its answer has arrived.
+ */
+enum report_fault
+{
+	FAULT_NONE,
+	FAULT_BEFORE,				/* not sent at all */
+	FAULT_AFTER					/* sent and committed; the answer is lost */
+};
+
+static enum report_fault
+report_fault(double drop_percent)
+{
+	static bool seeded;
+	double		x;
+
+	if (drop_percent <= 0)
+		return FAULT_NONE;
+	if (!seeded)
+	{
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		srandom((unsigned) ts.tv_sec ^ (unsigned) ts.tv_nsec ^
+				((unsigned) getpid() << 16));
+		seeded = true;
+	}
+	/* uniform in [0, 100) */
+	x = (double) random() / ((double) RAND_MAX + 1.0) * 100.0;
+	if (x < drop_percent / 2)
+		return FAULT_BEFORE;
+	if (x < drop_percent)
+		return FAULT_AFTER;
+	return FAULT_NONE;
+}
+
 bool
-runs_send_reports(const char *host, const char *token, bool all_now, int timeout_ms)
+runs_send_reports(const char *host, const char *token, bool all_now, int timeout_ms,
+				  double drop_percent)
 {
 	int64_t		now = lease_clock_ns();
 	struct run *r,
@@ -571,10 +620,20 @@ runs_send_reports(const char *host, const char *token, bool all_now, int timeout
 					rss[32];
 		const char *params[7];
 		struct pg_result *res;
+		enum report_fault fault;
 
 		next = r->next;
 		if (!r->report || (!all_now && now < r->next_report))
 			continue;
+		fault = report_fault(drop_percent);
+		if (fault == FAULT_BEFORE)
+		{
+			double		retry_in = report_later(r, now);
+
+			log_event("report-dropped", "proc=%" PRId64 " frame=%" PRId64 " when=before retry_in=%.1fs reason=\"fault injection: not sent\"",
+					  r->b.proc, r->b.frame, retry_in);
+			continue;
+		}
 		snprintf(epoch, sizeof(epoch), "%" PRId64, r->epoch);
 		snprintf(proc, sizeof(proc), "%" PRId64, r->b.proc);
 		snprintf(st, sizeof(st), "%d", r->res.exit_status);
@@ -591,6 +650,24 @@ runs_send_reports(const char *host, const char *token, bool all_now, int timeout
 					  7, params, timeout_ms, NULL);
 		if (!res)
 			return false;
+		if (fault == FAULT_AFTER)
+		{
+			/*
+			 * As if the connection had died before the answer arrived: the
+			 * server has done (and committed) what it answered, the agent
+			 * does not know it.  The report stays pending and goes out again
+			 * after the reconnect, as after any lost connection.
+			 */
+			if (db_ok(res) && db_ntuples(res) == 1)
+				log_event("report-dropped", "proc=%" PRId64 " frame=%" PRId64 " when=after discarded=%s reason=\"fault injection: answer discarded, connection closed\"",
+						  r->b.proc, r->b.frame, db_value(res, 0, 0));
+			else
+				log_event("report-dropped", "proc=%" PRId64 " frame=%" PRId64 " when=after discarded=error sqlstate=%s reason=\"fault injection: answer discarded, connection closed\"",
+						  r->b.proc, r->b.frame, db_sqlstate(res));
+			db_clear(res);
+			db_disconnect("fault injection: report answer dropped");
+			return false;
+		}
 		if (db_ok(res) && db_ntuples(res) == 1)
 		{
 			const char *answer = db_value(res, 0, 0);
@@ -604,11 +681,8 @@ runs_send_reports(const char *host, const char *token, bool all_now, int timeout
 			drop(r);
 			continue;
 		}
-		r->report_tries++;
-		r->next_report = now + (int64_t) (r->report_tries < 5 ? (1 << r->report_tries) : 30) * NS_PER_SEC / 2;
 		log_event("report-failed", "proc=%" PRId64 " sqlstate=%s error=\"%s\" retry_in=%.1fs",
-				  r->b.proc, db_sqlstate(res), db_error(res),
-				  (double) (r->next_report - now) / NS_PER_SEC);
+				  r->b.proc, db_sqlstate(res), db_error(res), report_later(r, now));
 		db_clear(res);
 	}
 	return true;

@@ -23,7 +23,7 @@ export FRAMEQ_PORT
 # our own cluster, never one inherited from test/run
 unset FRAMEQ_CLUSTER_DIR FRAMEQ_PGDATA FRAMEQ_LOG
 # the agent reads FRAMEQ_<OPTION>: none may leak in from the caller
-for v in $(compgen -e | grep -E '^FRAMEQ_(CONNINFO|HOST|TOKEN_FILE|CORES|MEMORY|GPUS|TAGS|STATE_DIR|LOG_DIR|WORK_DIR|KILL_GRACE|MAX_FRAMES|KILL_ON_TERM|FINISH_ON_TERM|RESERVE_INTERVAL|CONFIG)$'); do
+for v in $(compgen -e | grep -E '^FRAMEQ_(CONNINFO|HOST|TOKEN_FILE|CORES|MEMORY|GPUS|TAGS|STATE_DIR|LOG_DIR|WORK_DIR|KILL_GRACE|MAX_FRAMES|KILL_ON_TERM|FINISH_ON_TERM|RESERVE_INTERVAL|FAULT_DROP_REPORTS|CONFIG)$'); do
 	unset "$v"
 done
 # shellcheck source=../../test/cluster.sh

@@ -10,7 +10,8 @@ rc=$?
 [[ $rc == 0 ]] || fail "--help exited $rc"
 missing=""
 for o in conninfo host token-file cores memory gpus tags state-dir log-dir kill-grace \
-	max-frames kill-on-term finish-on-term work-dir config reserve-interval help version; do
+	max-frames kill-on-term finish-on-term work-dir config reserve-interval fault-drop-reports \
+	help version; do
 	grep -q -- "--$o\b" <<<"$help" || missing+=" --$o"
 	if [[ $o != help && $o != version ]]; then
 		env=FRAMEQ_$(tr 'a-z-' 'A-Z_' <<<"$o")
@@ -28,6 +29,16 @@ rc=$?
 out=$("$AGENT_BIN" --cores lots --token-file /dev/null 2>&1)
 rc=$?
 [[ $rc == 2 && $out == *"invalid value for cores"* ]] && ok "a bad value is refused" || fail "--cores lots: exit $rc: $out"
+for v in 101 abc -1; do
+	out=$("$AGENT_BIN" --fault-drop-reports "$v" --token-file /dev/null 2>&1)
+	rc=$?
+	[[ $rc == 2 && $out == *"invalid value for fault-drop-reports"* ]] &&
+		ok "--fault-drop-reports $v is refused" || fail "--fault-drop-reports $v: exit $rc: $out"
+done
+out=$(FRAMEQ_FAULT_DROP_REPORTS=100.5 "$AGENT_BIN" --token-file /dev/null 2>&1)
+rc=$?
+[[ $rc == 2 && $out == *"invalid value for fault-drop-reports (FRAMEQ_FAULT_DROP_REPORTS)"* ]] &&
+	ok "FRAMEQ_FAULT_DROP_REPORTS=100.5 is refused" || fail "FRAMEQ_FAULT_DROP_REPORTS=100.5: exit $rc: $out"
 printf 'max-frames = 2\nno-such-option = 1\n' >"$T/bad.conf"
 out=$("$AGENT_BIN" --config "$T/bad.conf" --token-file /dev/null 2>&1)
 rc=$?
