@@ -30,6 +30,12 @@ demo:
 bench:
 	bench/run
 
+# the long run of the fault-injection harness (doc/reliability.md), as root:
+#   make soak [DURATION=seconds] [SEED=n] [OUT=dir]
+.PHONY: soak
+soak: all install
+	test/fault/run --soak $(if $(DURATION),--duration $(DURATION)) $(if $(SEED),--seed $(SEED)) $(if $(OUT),--out $(OUT))
+
 # ---- frameq-agent (agent/): the host agent, a program of its own, built
 # with the extension (its own plain Makefile; PG_CFLAGS passes down).  Not
 # installed by `make install`: see agent/README.md.

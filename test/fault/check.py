@@ -1,0 +1,931 @@
+#!/usr/bin/env python3
+"""Checker for the frameq fault-injection harness (test/fault/harness.py).
+
+    python3 test/fault/check.py OUTDIR
+
+Reads the history of one harness run from OUTDIR, writes OUTDIR/verdict.json,
+prints one summary line per check, and exits 0 if nothing was violated, 1 if
+anything was, 2 if an input is missing or malformed (verdict.json then holds
+{"ok": false, "error": ...} so a stale verdict is never mistaken for this
+run's). Python 3.11 standard library only. This docstring is the reference
+for the input format; test/fault/test_check.py feeds the checker synthetic
+histories and is the executable version of it.
+
+Clocks
+------
+"t" is CLOCK_MONOTONIC seconds. It is shared by every process on the machine,
+so it orders render and harness events truly. "wall" and every time in
+final.json are wall-clock epoch seconds (the DB's now(); harness time.time()).
+The two kinds are related only in C5, through the heal event, which records
+both. Agent log lines carry the agent's own UTC wall time; it is compared
+only with failovers[].wall (C2), so it assumes agents are not run under a
+faketime offset. Render lifetimes end at the pidfd monitor's dead t, which
+is a little after the real death; no tolerance is applied for that.
+
+Inputs
+------
+history/renders.jsonl -- one JSON object per line, appended by the witness
+renders. Every event has "ev", "t" and "proc" (the render's run token, a
+63-bit int).
+    start              frame, job, host, pid, groups (list of cap group names).
+                       Written after the render took (or failed to take) its
+                       witness lock and its slots.
+    witness_violation  frame, host, holder (proc id read from the witness
+                       file, or null): the exclusive flock on the frame's
+                       witness file was held by another live process.
+    slot_violation     host, group: no free slot file in that cap group.
+    publish            frame, result ("published" | "not_owner" | "error"),
+                       optional error.
+    exit               code: the render is exiting on its own.
+    Any other "ev" is malformed.
+
+history/harness.jsonl -- one JSON object per line; every event has "ev", "t"
+and "wall".
+    phase       phase: setup | load | heal | quiescence | final
+    submit      job, frames (list of frame ids)
+    lost_submit job: a failover lost this submission (asynchronous
+                replication); its frames may be absent from final.json
+    fault_on    id, kind, target (host name or null), extra keys ignored.
+                Kinds: agent_stop, host_freeze, agent_kill, render_kill,
+                supervisor_kill, proxy_blackhole, proxy_reset, proxy_delay,
+                drop_reports, terminate_backends, worker_kill, server_crash,
+                failover.
+    fault_off   id (of an earlier fault_on; instant faults log both at once).
+                One that matches no fault_on (the harness failed to inject
+                it) is counted in stats.
+    dead        proc, pid, late: a pidfd monitor saw the render die at t
+                (late=true: already gone when first looked at; t is only an
+                upper bound on the death).
+    heal        backlog (frames not yet terminal), slots (render slots of
+                the farm): every fault is healed. Required; the last counts.
+    quiet       all_terminal (bool): end of quiescence. Required; the last
+                counts.
+    Other "ev" values are counted in stats and otherwise ignored.
+
+agents/<host>.log -- agent logs, one event per line:
+    2026-11-29T12:00:00.123Z reported proc=1 frame=2 epoch=3 exit_status=0 \
+        exit_signal=0 answer=accepted
+    Only "reported" lines are read (they need proc, frame and answer; answer
+    is accepted | duplicate | stale); values may be double-quoted. Lines
+    that do not start with a timestamp (stray stderr) are ignored.
+
+final.json -- the database read after quiescence (times are DB wall seconds):
+    params     ttl, drift, margin, render_max, freeze_k, quarantine, poll
+               (seconds or ratio), seed
+    frames     [{id, job, layer, number, state, retries, attempts}]
+    runs       [{proc, frame, job, host, epoch, started_at, ended_at,
+                 exit_status, exit_signal, reason, end_state}]
+               ended_at/reason/end_state null while the run is live
+    procs      [{id, frame, host, state}]  bookings still live at the end
+    outputs    [{frame, proc, content}]    published output per frame;
+               content is lines "proc=<P> chunk=<i>"
+    publishes  [{frame, proc, at}]         every committed publish
+    jobs       [{id, groups}]
+    caps       {group: slots}              every frame takes one slot
+    check      [{invariant, detail}]       rows of frameq.check()
+    failovers  [{wall}]                    promotions (asynchronous replication
+                                           may lose the last commits before one)
+Only the fields the checks use are validated.
+
+The freeze exception (contract section 7, reliability R22)
+----------------------------------------------------------
+No lease covers a whole host frozen past its lease: the DB rightly rebooks the
+frame while the frozen render still exists. A render X is *covered* by a
+host_freeze fault F when
+    - X's host is F's target and X started before F began (fault_on t),
+    - X was still alive when F began and died no later than freeze_k seconds
+      after F ended (fault_off t; the heal event if F was never turned off),
+    - X had no accepted effect: its DB run's reason is not "completed", no
+      agent log has "answer=accepted" for X, and no final output is X's.
+      (A publish by X after its run ended is a C2 violation in any case.)
+From F's start to X's death X is a *zombie*. Zombies are excused, and counted
+in stats, where the checks below say so; the excuse needs the conflict to
+begin after F began. A render never seen dead is never covered.
+
+Verdict
+-------
+verdict.json is {"ok": bool, "violations": [...], "stats": {...}}. A violation
+is {"check": "C1_exclusivity", "kind": "render_overlap", "detail": text} plus
+the ids it concerns: frame, proc, procs, holder, host, group, cap, peak,
+invariant. The stats hold frames_by_state, runs_by_reason, renders_started,
+faults_by_kind, witness_violations(_allowed), slot_violations(_allowed),
+freeze_overlaps_allowed, freeze_zombies, answers, stale_answers,
+duplicate_answers, acks_lost_in_failover, recovery_seconds,
+recovery_bound_seconds, violations_by_check and a few more counters.
+
+Checks (check, then kind)
+-------------------------
+C1_exclusivity
+    witness_violation  every witness_violation, unless its holder is a
+                       render of the same frame that is a zombie at that time
+                       (and not yet dead: a holder read from the file just
+                       after a new winner locked it names the dead previous one)
+    never_seen_dead    a render with a start event but neither a dead event
+                       nor an exit event. Its lifetime is [start, dead t, else
+                       exit t]; an unknown end counts as "still alive"
+    render_overlap     two render lifetimes of one frame overlap, unless the
+                       older one is a zombie when the newer one starts
+    run_overlap        two DB runs [started_at, ended_at) of one frame overlap
+                       (no exception)
+C2_fencing
+    publish_outside_run  a committed publish not within its proc's DB run
+                       [started_at, ended_at] (open if live), or by a proc
+                       with no run, or for another frame than the run's
+    ack_mismatch       an accepted report whose proc's run ended "completed" or
+                       "killed" but for another frame, host or epoch; or whose
+                       run did not end that way (unless a failover happened
+                       after the log line: async replication can lose the
+                       completion and keep the booking)
+    ack_without_run    an accepted report for a proc with no DB run, unless a
+                       failover happened after the log line
+    Excused reports are counted in stats acks_lost_in_failover (with the
+    longest gap to the failover that excuses one, in seconds).
+    Stale and duplicate answers are counted in stats.
+C3_no_loss
+    frame_missing      a submitted frame absent from final.frames, unless a
+                       lost_submit names its job (stats frames_lost_with_submit)
+    frame_not_terminal a submitted frame not succeeded, dead or eaten
+    completed_runs     a succeeded frame without exactly one run with reason
+                       "completed" and end_state "succeeded"
+    output_missing / output_proc / output_content / output_duplicate
+                       a succeeded frame's output must exist once, belong to
+                       the completed run's proc, and have only lines
+                       "proc=<that proc> chunk=<i>" (at least one)
+C4_caps
+    slot_violation     every slot_violation, unless at that time a zombie in
+                       the same group (not the complaining render) was alive
+    render_cap         sweep over render lifetimes per group: more live
+                       renders than caps[group]; a zombie is not counted from
+                       its freeze's start. One violation per excursion.
+    run_cap            the same sweep over DB run intervals (a run's groups
+                       are its job's groups). No exception.
+C5_liveness
+    not_quiet          the quiet event has all_terminal false
+    live_proc          a booking left in final.procs
+    slow_recovery      from the heal event to the latest runs.ended_at (DB
+                       wall, mapped through heal's wall/t pair) took longer
+                       than ttl*(1+drift) + margin + quarantine + poll +
+                       render_max + ceil(backlog/slots)*render_max + 10 s
+C6_tokens
+    proc_reused        two DB runs, or two render start events, with one proc
+                       id; or a render whose proc's DB run is for another
+                       frame or host
+    render_without_run a render whose proc the DB does not know, in a run with
+                       no failover (with failovers: stats renders_unknown_to_db)
+C7_check
+    check_row          every row of frameq.check()
+"""
+
+import collections
+import datetime
+import json
+import math
+import os
+import re
+import sys
+
+CHECKS = ("C1_exclusivity", "C2_fencing", "C3_no_loss", "C4_caps",
+          "C5_liveness", "C6_tokens", "C7_check")
+TERMINAL = {"succeeded", "dead", "eaten"}
+INF = math.inf
+RECOVERY_SLACK = 10.0
+
+
+class InputError(Exception):
+    """An input file is missing or malformed: exit status 2."""
+
+
+# --------------------------------------------------------------------------
+# Loading and validation
+
+NUM = "number"
+INT = "int"
+STR = "str"
+BOOL = "bool"
+LIST = "list"
+OPT = "|null"
+
+
+def _is(value, kind):
+    if kind.endswith(OPT):
+        if value is None:
+            return True
+        kind = kind[:-len(OPT)]
+    if kind == NUM:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == STR:
+        return isinstance(value, str)
+    if kind == BOOL:
+        return isinstance(value, bool)
+    if kind == LIST:
+        return isinstance(value, list)
+    raise AssertionError(kind)
+
+
+def need(obj, schema, where):
+    """Check that dict obj has every key of schema with the right type."""
+    if not isinstance(obj, dict):
+        raise InputError(f"{where}: expected an object, got {obj!r:.80}")
+    for key, kind in schema.items():
+        if key not in obj:
+            raise InputError(f"{where}: missing {key!r}")
+        if not _is(obj[key], kind):
+            raise InputError(f"{where}: {key!r} should be {kind}, got {obj[key]!r:.80}")
+    return obj
+
+
+def read_jsonl(path):
+    if not os.path.isfile(path):
+        raise InputError(f"missing {path}")
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append((f"{path}:{n}", json.loads(line)))
+            except json.JSONDecodeError as e:
+                raise InputError(f"{path}:{n}: not JSON ({e})") from None
+    return out
+
+
+RENDER_EVENTS = {
+    "start": {"frame": INT, "job": INT, "host": STR, "pid": INT, "groups": LIST},
+    "witness_violation": {"frame": INT, "host": STR, "holder": INT + OPT},
+    "slot_violation": {"host": STR, "group": STR},
+    "publish": {"frame": INT, "result": STR},
+    "exit": {"code": INT},
+}
+
+HARNESS_EVENTS = {
+    "phase": {"phase": STR},
+    "submit": {"job": INT, "frames": LIST},
+    "lost_submit": {"job": INT},
+    "fault_on": {"id": INT, "kind": STR, "target": STR + OPT},
+    "fault_off": {"id": INT},
+    "dead": {"proc": INT, "pid": INT, "late": BOOL},
+    "heal": {"backlog": INT, "slots": INT},
+    "quiet": {"all_terminal": BOOL},
+}
+
+FINAL_SCHEMA = {
+    "params": {"ttl": NUM, "drift": NUM, "margin": NUM, "render_max": NUM,
+               "freeze_k": NUM, "quarantine": NUM, "poll": NUM},
+    "frames": {"id": INT, "job": INT, "state": STR},
+    "runs": {"proc": INT, "frame": INT, "job": INT, "host": STR, "epoch": INT,
+             "started_at": NUM, "ended_at": NUM + OPT, "reason": STR + OPT,
+             "end_state": STR + OPT},
+    "procs": {"id": INT, "frame": INT, "host": STR},
+    "outputs": {"frame": INT, "proc": INT + OPT, "content": STR},
+    "publishes": {"frame": INT, "proc": INT, "at": NUM},
+    "jobs": {"id": INT, "groups": LIST},
+    "check": {},
+    "failovers": {"wall": NUM},
+}
+
+
+def load_renders(path):
+    events = []
+    for where, ev in read_jsonl(path):
+        need(ev, {"ev": STR, "t": NUM, "proc": INT}, where)
+        schema = RENDER_EVENTS.get(ev["ev"])
+        if schema is None:
+            raise InputError(f"{where}: unknown render event {ev['ev']!r}")
+        need(ev, schema, where)
+        if ev["ev"] == "start" and not all(isinstance(g, str) for g in ev["groups"]):
+            raise InputError(f"{where}: groups must be strings")
+        events.append(ev)
+    return events
+
+
+def load_harness(path):
+    events, ignored = [], collections.Counter()
+    for where, ev in read_jsonl(path):
+        need(ev, {"ev": STR, "t": NUM, "wall": NUM}, where)
+        schema = HARNESS_EVENTS.get(ev["ev"])
+        if schema is None:
+            ignored[ev["ev"]] += 1
+            continue
+        need(ev, schema, where)
+        if ev["ev"] == "submit" and not all(_is(f, INT) for f in ev["frames"]):
+            raise InputError(f"{where}: frame ids must be integers")
+        ev["_where"] = where
+        events.append(ev)
+    return events, ignored
+
+
+LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)Z\s+(\S+)(.*)$")
+LOG_KV = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
+
+
+def parse_log_time(text):
+    fmt = "%Y-%m-%dT%H:%M:%S.%f" if "." in text else "%Y-%m-%dT%H:%M:%S"
+    return datetime.datetime.strptime(text, fmt).replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+def load_agent_logs(directory):
+    """The "reported" lines of every agents/<host>.log, as dicts."""
+    if not os.path.isdir(directory):
+        raise InputError(f"missing {directory}/")
+    reports = []
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith(".log"):
+            continue
+        host = name[:-len(".log")]
+        path = os.path.join(directory, name)
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for n, line in enumerate(f, 1):
+                m = LOG_LINE.match(line.rstrip("\n"))
+                if not m or m.group(2) != "reported":
+                    continue
+                kv = {}
+                for k, v in LOG_KV.findall(m.group(3)):
+                    kv[k] = v[1:-1] if v.startswith('"') else v
+                where = f"{path}:{n}"
+                try:
+                    rep = {"proc": int(kv["proc"]), "frame": int(kv["frame"]),
+                           "answer": kv["answer"],
+                           "epoch": int(kv["epoch"]) if "epoch" in kv else None}
+                except (KeyError, ValueError):
+                    raise InputError(f"{where}: reported line needs integer proc and "
+                                     f"frame and an answer: {line.strip()!r:.120}") from None
+                rep.update(host=host, wall=parse_log_time(m.group(1)), where=where)
+                reports.append(rep)
+    return reports
+
+
+def load_final(path):
+    if not os.path.isfile(path):
+        raise InputError(f"missing {path}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            final = json.load(f)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not JSON ({e})") from None
+    if not isinstance(final, dict):
+        raise InputError(f"{path}: expected an object")
+    for key, schema in FINAL_SCHEMA.items():
+        if key not in final:
+            raise InputError(f"{path}: missing {key!r}")
+        if key == "params":
+            need(final[key], schema, f"{path}: params")
+            continue
+        if not isinstance(final[key], list):
+            raise InputError(f"{path}: {key!r} should be a list")
+        for i, row in enumerate(final[key]):
+            need(row, schema, f"{path}: {key}[{i}]")
+    for job in final["jobs"]:
+        if not all(isinstance(g, str) for g in job["groups"]):
+            raise InputError(f"{path}: job {job['id']}: groups must be strings")
+    caps = final.get("caps")
+    if not isinstance(caps, dict) or not all(_is(v, INT) for v in caps.values()):
+        raise InputError(f"{path}: caps should be an object of group -> integer")
+    return final
+
+
+# --------------------------------------------------------------------------
+# The model the checks work on
+
+class Render:
+    """One witness render process, from its start event to its death."""
+
+    def __init__(self, ev):
+        self.proc = ev["proc"]
+        self.frame = ev["frame"]
+        self.job = ev["job"]
+        self.host = ev["host"]
+        self.groups = ev["groups"]
+        self.start = ev["t"]
+        self.end = None          # dead t, else exit t, else None (never seen dead)
+        self.cover = None        # the host_freeze fault that excuses it, if any
+
+    @property
+    def end_or_inf(self):
+        return INF if self.end is None else self.end
+
+
+class Freeze:
+    def __init__(self, on):
+        self.id = on["id"]
+        self.target = on["target"]
+        self.on = on["t"]
+        self.off = None
+
+
+def fmt_t(x):
+    return "never" if x == INF or x is None else f"{x:.3f}"
+
+
+class Checker:
+    def __init__(self, outdir):
+        hist = os.path.join(outdir, "history")
+        self.render_events = load_renders(os.path.join(hist, "renders.jsonl"))
+        self.harness, self.ignored_harness = load_harness(os.path.join(hist, "harness.jsonl"))
+        self.reports = load_agent_logs(os.path.join(outdir, "agents"))
+        self.final = load_final(os.path.join(outdir, "final.json"))
+        self.params = self.final["params"]
+        self.violations = []
+        self.stats = {}
+        self._index()
+
+    # -- indexes --------------------------------------------------------------
+
+    def _index(self):
+        f = self.final
+        self.runs_by_proc = collections.defaultdict(list)
+        self.runs_by_frame = collections.defaultdict(list)
+        for run in f["runs"]:
+            self.runs_by_proc[run["proc"]].append(run)
+            self.runs_by_frame[run["frame"]].append(run)
+        self.jobs = {j["id"]: j["groups"] for j in f["jobs"]}
+        for run in f["runs"]:
+            if run["job"] not in self.jobs:
+                raise InputError(f"final.json: run {run['proc']} is of job {run['job']}, "
+                                 "which is not in jobs")
+        self.outputs_by_frame = collections.defaultdict(list)
+        for out in f["outputs"]:
+            self.outputs_by_frame[out["frame"]].append(out)
+        self.output_procs = {out["proc"] for out in f["outputs"]}
+        self.accepted = collections.defaultdict(list)
+        for rep in self.reports:
+            if rep["answer"] == "accepted":
+                self.accepted[rep["proc"]].append(rep)
+
+        heals = [e for e in self.harness if e["ev"] == "heal"]
+        quiets = [e for e in self.harness if e["ev"] == "quiet"]
+        if not heals:
+            raise InputError("harness.jsonl has no heal event")
+        if not quiets:
+            raise InputError("harness.jsonl has no quiet event")
+        self.heal, self.quiet = heals[-1], quiets[-1]
+
+        self.submitted = []          # (frame, job)
+        self.lost_jobs = set()
+        self.unmatched_fault_off = 0
+        self.faults = collections.Counter()
+        self.freezes_by_host = collections.defaultdict(list)
+        open_faults = {}
+        dead = {}
+        self.late_dead = 0
+        for e in self.harness:
+            if e["ev"] == "submit":
+                self.submitted.extend((fid, e["job"]) for fid in e["frames"])
+            elif e["ev"] == "lost_submit":
+                self.lost_jobs.add(e["job"])
+            elif e["ev"] == "fault_on":
+                if e["id"] in open_faults:
+                    raise InputError(f"{e['_where']}: fault {e['id']} turned on twice")
+                self.faults[e["kind"]] += 1
+                open_faults[e["id"]] = e
+                if e["kind"] == "host_freeze":
+                    if e["target"] is None:
+                        raise InputError(f"{e['_where']}: host_freeze without a target")
+                    e["_freeze"] = Freeze(e)
+                    self.freezes_by_host[e["target"]].append(e["_freeze"])
+            elif e["ev"] == "fault_off":
+                on = open_faults.pop(e["id"], None)
+                if on is None:
+                    self.unmatched_fault_off += 1
+                elif "_freeze" in on:
+                    on["_freeze"].off = e["t"]
+            elif e["ev"] == "dead":
+                if e["late"]:
+                    self.late_dead += 1
+                # the earliest report is the best bound on the death
+                dead[e["proc"]] = min(e["t"], dead.get(e["proc"], INF))
+        self.faults_never_off = sorted(open_faults)
+        for fz in (fz for lst in self.freezes_by_host.values() for fz in lst):
+            if fz.off is None:
+                fz.off = self.heal["t"]
+
+        exits = {}
+        self.renders, self.render_dups = {}, []
+        for ev in self.render_events:
+            if ev["ev"] == "exit":
+                exits.setdefault(ev["proc"], ev["t"])
+            elif ev["ev"] == "start":
+                if ev["proc"] in self.renders:
+                    self.render_dups.append(ev)
+                else:
+                    self.renders[ev["proc"]] = Render(ev)
+        for r in self.renders.values():
+            r.end = dead.get(r.proc, exits.get(r.proc))
+            r.cover = self._freeze_cover(r)
+        self.dead_without_start = len(set(dead) - set(self.renders))
+
+    def had_effect(self, proc):
+        """Did proc get anything accepted (report, completed run, final output)?"""
+        return (any(run["reason"] == "completed" for run in self.runs_by_proc.get(proc, ()))
+                or proc in self.accepted or proc in self.output_procs)
+
+    def _freeze_cover(self, r):
+        """The earliest host_freeze fault that covers render r, or None."""
+        if r.end is None or self.had_effect(r.proc):
+            return None
+        k = self.params["freeze_k"]
+        best = None
+        for fz in self.freezes_by_host.get(r.host, ()):
+            if r.start < fz.on < r.end <= fz.off + k and (best is None or fz.on < best.on):
+                best = fz
+        return best
+
+    def zombie_at(self, r, t):
+        """Is render r an excused zombie at monotonic time t?"""
+        return r.cover is not None and t >= r.cover.on
+
+    def violate(self, check, kind, detail, **ids):
+        assert check in CHECKS
+        self.violations.append({"check": check, "kind": kind, "detail": detail, **ids})
+
+    # -- checks ---------------------------------------------------------------
+
+    def c1_exclusivity(self):
+        c = "C1_exclusivity"
+        wv_total = wv_allowed = 0
+        for ev in self.render_events:
+            if ev["ev"] != "witness_violation":
+                continue
+            wv_total += 1
+            holder = self.renders.get(ev["holder"]) if ev["holder"] is not None else None
+            if (holder is not None and holder.frame == ev["frame"]
+                    and self.zombie_at(holder, ev["t"]) and ev["t"] <= holder.end):
+                wv_allowed += 1
+                continue
+            self.violate(c, "witness_violation",
+                         f"frame {ev['frame']}: render {ev['proc']} on {ev['host']} found the "
+                         f"witness held by {ev['holder']} at t={ev['t']:.3f}",
+                         frame=ev["frame"], proc=ev["proc"], holder=ev["holder"])
+
+        for r in self.renders.values():
+            if r.end is None:
+                self.violate(c, "never_seen_dead",
+                             f"frame {r.frame}: render {r.proc} on {r.host} started at "
+                             f"t={r.start:.3f} and was never seen dead",
+                             frame=r.frame, proc=r.proc)
+
+        overlaps_allowed = 0
+        by_frame = collections.defaultdict(list)
+        for r in self.renders.values():
+            by_frame[r.frame].append(r)
+        for frame, rs in by_frame.items():
+            rs.sort(key=lambda r: r.start)
+            for i, old in enumerate(rs):
+                for new in rs[i + 1:]:
+                    if new.start >= old.end_or_inf:
+                        continue
+                    if self.zombie_at(old, new.start):
+                        overlaps_allowed += 1
+                        continue
+                    self.violate(c, "render_overlap",
+                                 f"frame {frame}: render {new.proc} on {new.host} started at "
+                                 f"t={new.start:.3f} while render {old.proc} on {old.host} "
+                                 f"(t={old.start:.3f}..{fmt_t(old.end)}) was alive",
+                                 frame=frame, procs=[old.proc, new.proc])
+
+        for frame, runs in self.runs_by_frame.items():
+            runs = sorted(runs, key=lambda run: run["started_at"])
+            for i, old in enumerate(runs):
+                old_end = INF if old["ended_at"] is None else old["ended_at"]
+                for new in runs[i + 1:]:
+                    if new["started_at"] < old_end:
+                        self.violate(c, "run_overlap",
+                                     f"frame {frame}: run {new['proc']} on {new['host']} began "
+                                     f"at {new['started_at']:.3f} before run {old['proc']} on "
+                                     f"{old['host']} ended ({fmt_t(old['ended_at'])})",
+                                     frame=frame, procs=[old["proc"], new["proc"]])
+
+        self.stats.update(witness_violations=wv_total, witness_violations_allowed=wv_allowed,
+                          freeze_overlaps_allowed=overlaps_allowed,
+                          freeze_zombies=sum(r.cover is not None for r in self.renders.values()))
+
+    def c2_fencing(self):
+        c = "C2_fencing"
+        for pub in self.final["publishes"]:
+            runs = self.runs_by_proc.get(pub["proc"], [])
+            if not any(run["frame"] == pub["frame"] and run["started_at"] <= pub["at"]
+                       <= (INF if run["ended_at"] is None else run["ended_at"]) for run in runs):
+                where = ", ".join(f"frame {run['frame']} {run['started_at']:.3f}.."
+                                  f"{fmt_t(run['ended_at'])}" for run in runs) or "none"
+                self.violate(c, "publish_outside_run",
+                             f"frame {pub['frame']}: publish by proc {pub['proc']} at "
+                             f"{pub['at']:.3f} is outside its run (runs: {where})",
+                             frame=pub["frame"], proc=pub["proc"])
+
+        failover_walls = sorted(fo["wall"] for fo in self.final["failovers"])
+        lost, lost_gap = 0, 0.0
+        answers = collections.Counter(rep["answer"] for rep in self.reports)
+        for rep in self.reports:
+            if rep["answer"] != "accepted":
+                continue
+            runs = self.runs_by_proc.get(rep["proc"], [])
+            ended = [run for run in runs if run["reason"] in ("completed", "killed")]
+            if ended:
+                # the DB recorded the report: it must be the report's own run
+                if not any((run["frame"], run["host"]) == (rep["frame"], rep["host"])
+                           and rep["epoch"] in (None, run["epoch"]) for run in ended):
+                    run = ended[0]
+                    self._ack_violation(rep, "ack_mismatch",
+                                        f"its run is frame {run['frame']} on {run['host']} "
+                                        f"epoch {run['epoch']}")
+                continue
+            # the DB does not reflect the report: only a failover may have lost it
+            later = [w for w in failover_walls if w > rep["wall"]]
+            if later:
+                lost += 1
+                lost_gap = max(lost_gap, later[0] - rep["wall"])
+            elif runs:
+                self._ack_violation(rep, "ack_mismatch",
+                                    f"its run ended {runs[0]['reason'] or 'not at all'}")
+            else:
+                self._ack_violation(rep, "ack_without_run", "the DB has no run of it")
+        self.stats.update(answers=dict(sorted(answers.items())),
+                          stale_answers=answers["stale"], duplicate_answers=answers["duplicate"],
+                          acks_lost_in_failover=lost,
+                          acks_lost_in_failover_max_gap_seconds=round(lost_gap, 3))
+
+    def _ack_violation(self, rep, kind, why):
+        self.violate("C2_fencing", kind,
+                     f"{rep['where']}: {rep['host']} got answer=accepted for proc {rep['proc']} "
+                     f"frame {rep['frame']} epoch {rep['epoch']}, but {why}",
+                     frame=rep["frame"], proc=rep["proc"], host=rep["host"])
+
+    def c3_no_loss(self):
+        c = "C3_no_loss"
+        frames = {fr["id"]: fr for fr in self.final["frames"]}
+        lost = 0
+        for fid, job in sorted(set(self.submitted)):
+            fr = frames.get(fid)
+            if fr is None and job in self.lost_jobs:
+                lost += 1
+            elif fr is None:
+                self.violate(c, "frame_missing",
+                             f"frame {fid} of job {job} was submitted but is not in the DB",
+                             frame=fid)
+            elif fr["state"] not in TERMINAL:
+                self.violate(c, "frame_not_terminal",
+                             f"frame {fid} ended the run {fr['state']}", frame=fid)
+
+        for fid, fr in sorted(frames.items()):
+            if fr["state"] != "succeeded":
+                continue
+            done = [run for run in self.runs_by_frame.get(fid, ())
+                    if run["reason"] == "completed" and run["end_state"] == "succeeded"]
+            if len(done) != 1:
+                self.violate(c, "completed_runs",
+                             f"succeeded frame {fid} has {len(done)} completed runs that "
+                             f"succeeded ({[run['proc'] for run in done]})",
+                             frame=fid, procs=[run["proc"] for run in done])
+                continue
+            proc = done[0]["proc"]
+            outs = self.outputs_by_frame.get(fid, [])
+            if not outs:
+                self.violate(c, "output_missing", f"succeeded frame {fid} has no output",
+                             frame=fid, proc=proc)
+                continue
+            if len(outs) > 1:
+                self.violate(c, "output_duplicate",
+                             f"frame {fid} has {len(outs)} output rows", frame=fid)
+            out = outs[-1]
+            if out["proc"] != proc:
+                self.violate(c, "output_proc",
+                             f"frame {fid}: output is proc {out['proc']}'s, the completed "
+                             f"run is {proc}'s", frame=fid, proc=proc, output_proc=out["proc"])
+                continue
+            lines = [ln for ln in out["content"].splitlines() if ln.strip()]
+            foreign = [ln for ln in lines
+                       if not re.fullmatch(rf"proc={proc} chunk=\d+", ln.strip())]
+            if foreign or not lines:
+                self.violate(c, "output_content",
+                             f"frame {fid}: output of proc {proc} has "
+                             + (f"{len(foreign)} foreign lines, first {foreign[0]!r:.80}"
+                                if foreign else "no chunks"),
+                             frame=fid, proc=proc)
+        self.stats["frames_lost_with_submit"] = lost
+
+    def c4_caps(self):
+        c = "C4_caps"
+        caps = self.final["caps"]
+        uncapped = set()
+        sv_total = sv_allowed = 0
+        for ev in self.render_events:
+            if ev["ev"] != "slot_violation":
+                continue
+            sv_total += 1
+            if any(ev["group"] in r.groups and r.proc != ev["proc"]
+                   and self.zombie_at(r, ev["t"]) and ev["t"] < r.end
+                   for r in self.renders.values()):
+                sv_allowed += 1
+                continue
+            self.violate(c, "slot_violation",
+                         f"render {ev['proc']} on {ev['host']} found no free slot in "
+                         f"{ev['group']} at t={ev['t']:.3f}",
+                         group=ev["group"], proc=ev["proc"])
+
+        def sweep(kind, what, intervals):
+            # intervals: group -> [(begin, end, id)], end exclusive
+            for group, ivs in sorted(intervals.items()):
+                if group not in caps:
+                    uncapped.add(group)
+                    continue
+                cap = caps[group]
+                points = sorted([(b, 1, i) for b, e, i in ivs] + [(e, 0, i) for b, e, i in ivs
+                                                                   if e != INF])
+                live, over, peak = set(), None, None
+                for t, is_start, ident in points:
+                    (live.add if is_start else live.discard)(ident)
+                    if len(live) > cap:
+                        if over is None:
+                            over = t
+                        if peak is None or len(live) > len(peak):
+                            peak = sorted(live)
+                    elif over is not None:
+                        self._cap_violation(c, kind, what, group, cap, over, t, peak)
+                        over, peak = None, None
+                if over is not None:
+                    self._cap_violation(c, kind, what, group, cap, over, INF, peak)
+
+        by_group = collections.defaultdict(list)
+        for r in self.renders.values():
+            end = r.cover.on if r.cover is not None else r.end_or_inf
+            for g in r.groups:
+                by_group[g].append((r.start, end, r.proc))
+        sweep("render_cap", "live renders (monotonic t)", by_group)
+
+        by_group = collections.defaultdict(list)
+        for run in self.final["runs"]:
+            end = INF if run["ended_at"] is None else run["ended_at"]
+            for g in self.jobs[run["job"]]:
+                by_group[g].append((run["started_at"], end, run["proc"]))
+        sweep("run_cap", "DB runs (wall)", by_group)
+
+        self.stats.update(slot_violations=sv_total, slot_violations_allowed=sv_allowed,
+                          uncapped_groups=sorted(uncapped))
+
+    def _cap_violation(self, c, kind, what, group, cap, begin, end, peak):
+        self.violate(c, kind,
+                     f"{group}: {len(peak)} {what} > cap {cap} from {begin:.3f} to {fmt_t(end)}",
+                     group=group, cap=cap, peak=len(peak), procs=peak)
+
+    def c5_liveness(self):
+        c = "C5_liveness"
+        p = self.params
+        if not self.quiet["all_terminal"]:
+            self.violate(c, "not_quiet", "the harness saw non-terminal frames at the end "
+                         "of quiescence")
+        for proc in self.final["procs"]:
+            self.violate(c, "live_proc",
+                         f"proc {proc['id']} of frame {proc['frame']} on {proc['host']} is "
+                         f"still booked ({proc.get('state')})",
+                         frame=proc["frame"], proc=proc["id"])
+        backlog, slots = self.heal["backlog"], self.heal["slots"]
+        if backlog > 0 and slots <= 0:
+            raise InputError(f"heal event: backlog {backlog} with {slots} slots")
+        waves = math.ceil(backlog / slots) if backlog > 0 else 0
+        bound = (p["ttl"] * (1 + p["drift"]) + p["margin"] + p["quarantine"] + p["poll"]
+                 + p["render_max"] + waves * p["render_max"] + RECOVERY_SLACK)
+        ends = [run["ended_at"] for run in self.final["runs"] if run["ended_at"] is not None]
+        # DB wall -> monotonic through the heal event's (wall, t) pair
+        last_end_t = self.heal["t"] + (max(ends) - self.heal["wall"]) if ends else self.heal["t"]
+        recovery = max(0.0, last_end_t - self.heal["t"])
+        if recovery > bound:
+            self.violate(c, "slow_recovery",
+                         f"the last run ended {recovery:.1f} s after heal, bound {bound:.1f} s "
+                         f"(backlog {backlog}, {slots} slots)",
+                         seconds=round(recovery, 3), bound=round(bound, 3))
+        self.stats.update(recovery_seconds=round(recovery, 3),
+                          recovery_bound_seconds=round(bound, 3),
+                          backlog_at_heal=backlog, slots=slots)
+
+    def c6_tokens(self):
+        c = "C6_tokens"
+        for proc, runs in self.runs_by_proc.items():
+            if len(runs) > 1:
+                self.violate(c, "proc_reused",
+                             f"proc {proc} has {len(runs)} runs (frames "
+                             f"{[run['frame'] for run in runs]})", proc=proc)
+        for ev in self.render_dups:
+            self.violate(c, "proc_reused",
+                         f"two renders started with proc {ev['proc']} (frame {ev['frame']} on "
+                         f"{ev['host']} at t={ev['t']:.3f})", frame=ev["frame"], proc=ev["proc"])
+        unknown = 0
+        for r in self.renders.values():
+            runs = self.runs_by_proc.get(r.proc)
+            if not runs:
+                unknown += 1
+                if not self.final["failovers"]:
+                    self.violate(c, "render_without_run",
+                                 f"render {r.proc} of frame {r.frame} on {r.host} has no DB "
+                                 "run, and no failover could have lost it",
+                                 frame=r.frame, proc=r.proc)
+            elif (runs[0]["frame"], runs[0]["host"]) != (r.frame, r.host):
+                self.violate(c, "proc_reused",
+                             f"render {r.proc} ran frame {r.frame} on {r.host}, its DB run is "
+                             f"frame {runs[0]['frame']} on {runs[0]['host']}",
+                             frame=r.frame, proc=r.proc)
+        self.stats["renders_unknown_to_db"] = unknown
+
+    def c7_check(self):
+        for row in self.final["check"]:
+            self.violate("C7_check", "check_row",
+                         f"frameq.check(): {row.get('invariant')}: {row.get('detail')}",
+                         invariant=row.get("invariant"))
+
+    # -- verdict --------------------------------------------------------------
+
+    def run(self):
+        self.c1_exclusivity()
+        self.c2_fencing()
+        self.c3_no_loss()
+        self.c4_caps()
+        self.c5_liveness()
+        self.c6_tokens()
+        self.c7_check()
+        f = self.final
+        publish_results = collections.Counter(
+            ev["result"] for ev in self.render_events if ev["ev"] == "publish")
+        self.stats.update(
+            submitted_frames=len({fid for fid, _ in self.submitted}),
+            frames_by_state=dict(sorted(collections.Counter(fr["state"] for fr in f["frames"]).items())),
+            runs_by_reason=dict(sorted(collections.Counter(
+                run["reason"] or "live" for run in f["runs"]).items())),
+            renders_started=len(self.renders),
+            renders_never_seen_dead=sum(r.end is None for r in self.renders.values()),
+            dead_events_late=self.late_dead,
+            dead_without_start=self.dead_without_start,
+            render_publishes=dict(sorted(publish_results.items())),
+            faults_by_kind=dict(sorted(self.faults.items())),
+            faults_never_off=self.faults_never_off,
+            fault_off_unmatched=self.unmatched_fault_off,
+            failovers=len(f["failovers"]),
+            harness_events_ignored=dict(sorted(self.ignored_harness.items())),
+            violations_by_check={c: sum(v["check"] == c for v in self.violations) for c in CHECKS},
+        )
+        return {"ok": not self.violations, "violations": self.violations,
+                "stats": dict(sorted(self.stats.items()))}
+
+
+def check_outdir(outdir):
+    """Check one harness OUTDIR; return the verdict dict (raises InputError)."""
+    return Checker(outdir).run()
+
+
+def summary(verdict):
+    s = verdict["stats"]
+    extra = {
+        "C1_exclusivity": f"renders {s['renders_started']}, witness violations "
+                          f"{s['witness_violations']} ({s['witness_violations_allowed']} allowed), "
+                          f"freeze overlaps allowed {s['freeze_overlaps_allowed']}",
+        "C2_fencing": f"stale answers {s['stale_answers']}, duplicate {s['duplicate_answers']}, "
+                      f"acks lost in failover {s['acks_lost_in_failover']}",
+        "C3_no_loss": f"submitted {s['submitted_frames']}, frames {s['frames_by_state']}",
+        "C4_caps": f"slot violations {s['slot_violations']} "
+                   f"({s['slot_violations_allowed']} allowed)",
+        "C5_liveness": f"recovery {s['recovery_seconds']:.1f} s of "
+                       f"{s['recovery_bound_seconds']:.1f} s",
+        "C6_tokens": f"runs {sum(s['runs_by_reason'].values())}, "
+                     f"renders unknown to the DB {s['renders_unknown_to_db']}",
+        "C7_check": "",
+    }
+    lines = []
+    for c in CHECKS:
+        n = s["violations_by_check"][c]
+        lines.append(f"{c:15} {'FAIL' if n else 'ok  '} {n:3} violations  {extra[c]}".rstrip())
+    shown = verdict["violations"][:20]
+    for v in shown:
+        lines.append(f"  {v['check']} {v['kind']}: {v['detail']}")
+    if len(verdict["violations"]) > len(shown):
+        lines.append(f"  ... {len(verdict['violations']) - len(shown)} more in verdict.json")
+    lines.append(f"faults {s['faults_by_kind']}")
+    return "\n".join(lines)
+
+
+def main(argv):
+    if len(argv) != 2:
+        print(f"usage: {argv[0]} OUTDIR", file=sys.stderr)
+        return 2
+    outdir = argv[1]
+    out = os.path.join(outdir, "verdict.json")
+    try:
+        verdict = check_outdir(outdir)
+    except (InputError, OSError, UnicodeDecodeError) as e:
+        print(f"check: bad input: {e}", file=sys.stderr)
+        if os.path.isdir(outdir):
+            with open(out, "w", encoding="utf-8") as f:
+                json.dump({"ok": False, "error": str(e), "violations": [], "stats": {}}, f,
+                          indent=1)
+        return 2
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(verdict, f, indent=1)
+        f.write("\n")
+    print(summary(verdict))
+    n = len(verdict["violations"])
+    print(f"verdict: {'OK' if verdict['ok'] else 'FAIL'}, {n} violation{'s' * (n != 1)} "
+          f"({out})")
+    return 0 if verdict["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

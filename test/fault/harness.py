@@ -1,0 +1,868 @@
+#!/usr/bin/python3
+"""Fault-injection harness for frameq: a small farm on one machine, faults
+on a seeded random schedule, a history, and a strict checker (check.py).
+
+Topology (loopback; servers run as postgres via runuser):
+  - server a (primary) and server b (streaming standby, pg_basebackup -R),
+    both with frameq preloaded;
+  - N simulated hosts, each one frameq-agent with its supervisors and
+    witness renders (render.py); each host reaches the servers only through
+    its own pair of fault proxies (proxy.py), so a partition is real TCP;
+  - the harness itself (submitter, nemesis, render monitor) talks to the
+    servers directly.
+
+Phases: setup, load (jobs submitted to keep a backlog, faults injected one
+or two at a time), heal (every fault undone), quiescence (until every frame
+is terminal), final (read the database into final.json), check.
+
+Usage: harness.py --out DIR [--seed N] [--duration S] [--hosts N]
+                  [--every-kind] [--port BASE] [--keep]
+Exit status: the checker's (0 no violation, 1 violations, 2 bad input),
+or 3 if the harness itself failed.
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+import psycopg2
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+AGENT = os.path.join(REPO, "agent", "frameq-agent")
+PGBIN = "/usr/lib/postgresql/15/bin"
+PY = "/usr/bin/python3"
+
+TTL = 3.0           # frameq.lease_ttl
+DRIFT = 0.05        # frameq.clock_drift (default)
+MARGIN = 1.0        # frameq.lease_margin
+LEASE_PERIOD = TTL * (1 + DRIFT) + MARGIN
+POLL = 1.0          # the worker's longest sleep
+RENDER_MAX = 2.8    # render.py's longest render, before publishing
+FREEZE_K = 5.0      # a frozen run must be dead this long after thawing
+HOST_CORES = 2
+
+HOST_KINDS = ["agent_stop", "host_freeze", "agent_kill", "render_kill", "supervisor_kill",
+              "proxy_blackhole", "proxy_reset", "proxy_delay", "drop_reports"]
+DB_KINDS = ["terminate_backends", "worker_kill", "server_crash", "failover"]
+KINDS = HOST_KINDS + DB_KINDS
+WEIGHTS = {"agent_stop": 10, "host_freeze": 4, "agent_kill": 6, "render_kill": 10,
+           "supervisor_kill": 6, "proxy_blackhole": 8, "proxy_reset": 8, "proxy_delay": 6,
+           "drop_reports": 6, "terminate_backends": 6, "worker_kill": 3, "server_crash": 3,
+           "failover": 2}
+
+
+class History:
+    def __init__(self, path):
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.lock = threading.Lock()
+
+    def log(self, ev, t=None, **kw):
+        rec = {"ev": ev, "t": time.monotonic() if t is None else t, "wall": time.time()}
+        rec.update(kw)
+        with self.lock:
+            os.write(self.fd, (json.dumps(rec) + "\n").encode())
+
+
+def say(*args):
+    print("[%s] %s" % (time.strftime("%H:%M:%S"), " ".join(str(a) for a in args)), flush=True)
+
+
+class Server:
+    """One PostgreSQL 15 cluster, run as postgres."""
+
+    def __init__(self, root, name, port):
+        self.name = name
+        self.port = port
+        self.dir = os.path.join(root, "pg", name)
+        self.data = os.path.join(self.dir, "data")
+        self.log = os.path.join(self.dir, "server.log")
+        os.makedirs(self.dir, exist_ok=True)
+        shutil.chown(self.dir, "postgres", "postgres")
+
+    def run(self, *args, check=True, timeout=120):
+        r = subprocess.run(["runuser", "-u", "postgres", "--"] + list(args), cwd=self.dir,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+        if check and r.returncode != 0:
+            raise RuntimeError("%s: %s failed: %s" % (self.name, args[0], r.stdout.decode()[-2000:]))
+        return r
+
+    def ctl(self, *args, check=True):
+        return self.run(PGBIN + "/pg_ctl", "-D", self.data, "-l", self.log, *args, check=check)
+
+    def own_conf(self):
+        return ("port = %d\nunix_socket_directories = '%s'\n" % (self.port, self.dir))
+
+    def initdb(self):
+        self.run(PGBIN + "/initdb", "-D", self.data, "--auth=trust", "-U", "postgres",
+                 "--encoding=UTF8", "--locale=C", "--no-sync")
+        with open(os.path.join(self.data, "postgresql.conf"), "a") as f:
+            f.write("""
+listen_addresses = '127.0.0.1'
+shared_preload_libraries = 'frameq'
+frameq.database = 'fq'
+frameq.lease_ttl = '%ds'
+frameq.lease_margin = '%ds'
+frameq.kill_resend_interval = '1s'
+wal_level = replica
+max_wal_senders = 4
+wal_keep_size = '256MB'
+hot_standby = on
+fsync = off
+max_connections = 80
+log_min_messages = warning
+log_line_prefix = '%%m [%%p] '
+""" % (TTL, MARGIN) + self.own_conf())
+
+    def basebackup(self, primary):
+        """Make this server a fresh standby of primary (wipes its data)."""
+        shutil.rmtree(self.data, ignore_errors=True)
+        self.run(PGBIN + "/pg_basebackup", "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres",
+                 "-D", self.data, "-R", "-X", "stream", "-c", "fast")
+        with open(os.path.join(self.data, "postgresql.conf"), "a") as f:
+            f.write("\n" + self.own_conf())
+
+    def start(self):
+        self.ctl("-w", "-t", "120", "start")
+
+    def stop(self, mode):
+        self.ctl("-w", "-m", mode, "stop", check=False)
+
+    def promote(self):
+        self.ctl("-w", "-t", "120", "promote")
+
+    def running(self):
+        return self.ctl("status", check=False).returncode == 0
+
+
+class Proxy:
+    def __init__(self, specs):
+        self.p = subprocess.Popen([PY, os.path.join(HERE, "proxy.py")] + specs,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.lock = threading.Lock()
+        if self.p.stdout.readline().strip() != "ready":
+            raise RuntimeError("proxy did not start")
+
+    def set(self, host, mode, ms=0):
+        with self.lock:
+            self.p.stdin.write("%s %s %d\n" % (host, mode, ms))
+            self.p.stdin.flush()
+            answer = self.p.stdout.readline().strip()
+        if answer != "ok":
+            raise RuntimeError("proxy: " + answer)
+
+    def close(self):
+        try:
+            self.p.stdin.close()
+            self.p.wait(10)
+        except Exception:
+            self.p.kill()
+
+
+def descendants(pid):
+    """Every live descendant of pid, from /proc."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def parent_of(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def signal_pid(pid, sig):
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+class Agent:
+    def __init__(self, h, name, out, conninfo, token):
+        self.h = h
+        self.name = name
+        self.conninfo = conninfo
+        self.state_dir = os.path.join(out, "agents", name + ".state")
+        self.log_dir = os.path.join(out, "agents", name + ".renders")
+        self.log_path = os.path.join(out, "agents", name + ".log")
+        self.conf = os.path.join(out, "agents", name + ".conf")
+        self.token_file = os.path.join(out, "agents", name + ".token")
+        for d in (self.state_dir, self.log_dir):
+            os.makedirs(d, exist_ok=True)
+        with open(self.token_file, "w") as f:
+            f.write(token + "\n")
+        os.chmod(self.token_file, 0o600)
+        self.set_drop(0)
+        self.out = out
+        self.p = None
+
+    def set_drop(self, pct):
+        with open(self.conf, "w") as f:
+            f.write("fault-drop-reports = %d\n" % pct)
+
+    def start(self):
+        env = dict(os.environ, FQH_DIR=self.out, FQH_CONNINFO=self.conninfo)
+        log = open(self.log_path, "ab")
+        self.p = subprocess.Popen(
+            [AGENT, "--config", self.conf, "--conninfo", self.conninfo, "--host", self.name,
+             "--token-file", self.token_file, "--cores", str(HOST_CORES), "--memory", "4GB",
+             "--state-dir", self.state_dir, "--log-dir", self.log_dir, "--work-dir", self.out,
+             "--kill-grace", "1", "--reserve-interval", "0.3"],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        log.close()
+
+    def alive(self):
+        return self.p is not None and self.p.poll() is None
+
+    def kill(self):
+        if self.alive():
+            self.p.send_signal(signal.SIGKILL)
+            self.p.wait()
+
+    def stop(self, timeout=20):
+        if not self.alive():
+            return
+        signal_pid(self.p.pid, signal.SIGCONT)
+        self.p.send_signal(signal.SIGTERM)
+        try:
+            self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+
+
+class Monitor(threading.Thread):
+    """Follows renders.jsonl and records the death of every render (pidfd)."""
+
+    def __init__(self, path, history):
+        super().__init__(daemon=True)
+        self.path = path
+        self.history = history
+        self.live = {}          # proc -> (pid, host)
+        self.lock = threading.Lock()
+        self.stopping = False
+        self.started_count = 0
+
+    def run(self):
+        poller = select.poll()
+        fds = {}
+        buf = b""
+        fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o644)
+        while not (self.stopping and not fds):
+            chunk = os.read(fd, 1 << 20)
+            if chunk:
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        continue
+                    if rec.get("ev") != "start":
+                        continue
+                    self.started_count += 1
+                    proc, pid = rec["proc"], rec["pid"]
+                    try:
+                        pfd = os.pidfd_open(pid)
+                    except ProcessLookupError:
+                        self.history.log("dead", proc=proc, pid=pid, late=True)
+                        continue
+                    fds[pfd] = (proc, pid)
+                    poller.register(pfd, select.POLLIN)
+                    with self.lock:
+                        self.live[proc] = (pid, rec["host"])
+            for pfd, _ in poller.poll(10):
+                proc, pid = fds.pop(pfd)
+                self.history.log("dead", proc=proc, pid=pid, late=False)
+                poller.unregister(pfd)
+                os.close(pfd)
+                with self.lock:
+                    self.live.pop(proc, None)
+
+    def renders_of(self, host=None):
+        with self.lock:
+            return [(proc, pid) for proc, (pid, h) in self.live.items() if host is None or h == host]
+
+
+class Harness:
+    def __init__(self, args):
+        self.args = args
+        self.out = os.path.abspath(args.out)
+        self.rng = random.Random(args.seed)
+        for d in ("history", "witness", "tmp", "caps", "agents", "pg"):
+            os.makedirs(os.path.join(self.out, d), exist_ok=True)
+        os.chmod(self.out, 0o755)
+        self.history = History(os.path.join(self.out, "history", "harness.jsonl"))
+        base = args.port
+        self.servers = [Server(self.out, "a", base), Server(self.out, "b", base + 1)]
+        self.primary, self.standby = self.servers
+        self.conninfo = ("host=127.0.0.1,127.0.0.1 port=%d,%d dbname=fq user=postgres "
+                         "target_session_attrs=read-write connect_timeout=3" % (base, base + 1))
+        self.host_names = ["h%d" % (i + 1) for i in range(args.hosts)]
+        self.proxy_ports = {h: (base + 10 + 2 * i, base + 11 + 2 * i) for i, h in enumerate(self.host_names)}
+        self.agents = {}
+        self.proxy = None
+        self.monitor = None
+        self.jobs = {}          # job id -> groups
+        self.job_names = {}     # job name -> id
+        self.submit_lock = threading.Lock()
+        self.caps = {}
+        self.failovers = []
+        self.faults = {}        # kind -> count
+        self.db_busy = threading.Lock()
+        self.busy_hosts = set()
+        self.busy_lock = threading.Lock()
+        self.active = []
+        self.fault_id = 0
+        self.stop_load = threading.Event()
+        self.errors = []
+
+    # ---- database helpers -------------------------------------------------
+
+    def sql(self, query, params=None, fetch=True, timeout=60):
+        """Run one statement on the primary, retrying through outages."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                conn = psycopg2.connect(self.conninfo, application_name="fqh-harness")
+                try:
+                    with conn, conn.cursor() as cur:
+                        cur.execute(query, params)
+                        return cur.fetchall() if fetch else None
+                finally:
+                    conn.close()
+            except psycopg2.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+
+    # ---- set-up -----------------------------------------------------------
+
+    def setup(self):
+        self.history.log("phase", phase="setup")
+        say("setup: primary and standby on ports", self.primary.port, self.standby.port)
+        self.primary.initdb()
+        self.primary.start()
+        self.primary.run(PGBIN + "/psql", "-X", "-q", "-h", "127.0.0.1", "-p", str(self.primary.port),
+                         "-d", "postgres", "-c", "CREATE DATABASE fq")
+        self.sql("""
+            CREATE EXTENSION frameq;
+            CREATE SCHEMA fqh;
+            CREATE TABLE fqh.output (frame bigint PRIMARY KEY, proc bigint NOT NULL, content text NOT NULL);
+            CREATE TABLE fqh.publish_log (id bigserial PRIMARY KEY, frame bigint NOT NULL,
+                                          proc bigint NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+            SELECT frameq.create_allocation('farm');
+            SELECT frameq.create_show('alpha');
+            SELECT frameq.create_show('beta');
+            SELECT frameq.set_subscription('alpha', 'farm', 4, 6);
+            SELECT frameq.set_subscription('beta', 'farm', 3, 5);
+            SELECT frameq.create_folder('alpha', 'shots', 4);
+            SELECT frameq.create_limit('lic', 3);
+        """, fetch=False)
+        self.caps = {"show-alpha": 6, "show-beta": 5, "folder-shots": 4, "limit-lic": 3}
+        tokens = {}
+        for h in self.host_names:
+            tokens[h] = self.sql("SELECT frameq.register_host(%s, 'farm', %s, 4294967296)",
+                                 (h, HOST_CORES))[0][0]
+        self.standby.basebackup(self.primary)
+        self.standby.start()
+        specs = []
+        for h in self.host_names:
+            pa, pb = self.proxy_ports[h]
+            specs += ["%s:%d:%d" % (h, pa, self.servers[0].port), "%s:%d:%d" % (h, pb, self.servers[1].port)]
+        self.proxy = Proxy(specs)
+        self.monitor = Monitor(os.path.join(self.out, "history", "renders.jsonl"), self.history)
+        self.monitor.start()
+        for h in self.host_names:
+            pa, pb = self.proxy_ports[h]
+            conninfo = ("host=127.0.0.1,127.0.0.1 port=%d,%d dbname=fq user=postgres "
+                        "target_session_attrs=read-write connect_timeout=2" % (pa, pb))
+            self.agents[h] = Agent(h, h, self.out, conninfo, tokens[h])
+            self.agents[h].start()
+
+    # ---- load -------------------------------------------------------------
+
+    def submit_one(self, n):
+        self.job_seq = getattr(self, "job_seq", 0) + 1
+        name = "j%d" % self.job_seq
+        show = self.rng.choice(["alpha", "alpha", "beta"])
+        folder = "shots" if show == "alpha" and self.rng.random() < 0.5 else None
+        max_cores = self.rng.choice([2, 3, 4])
+        limited = self.rng.random() < 0.4
+        groups = {"job-" + name: max_cores, "show-" + show: self.caps["show-" + show]}
+        if folder:
+            groups["folder-" + folder] = self.caps["folder-" + folder]
+        if limited:
+            groups["limit-lic"] = self.caps["limit-lic"]
+        self.caps["job-" + name] = max_cores
+        for g, slots in groups.items():
+            os.makedirs(os.path.join(self.out, "caps", g), exist_ok=True)
+        layer = {"name": "render", "range": "1-%d" % n, "cores": 1,
+                 "command": "exec %s %s" % (PY, os.path.join(HERE, "render.py")),
+                 "env": {"FQH_GROUPS": ",".join("%s:%d" % gs for gs in groups.items())}}
+        if limited:
+            layer["limits"] = ["lic"]
+        spec = {"show": show, "name": name, "priority": self.rng.randint(0, 3),
+                "max_cores": max_cores, "max_retries": 30, "layers": [layer]}
+        if folder:
+            spec["folder"] = folder
+        # one attempt; if its outcome is unknown (the connection died around
+        # the commit), find out before anything else: never submit twice
+        try:
+            self.sql("SELECT frameq.submit(%s::jsonb)", (json.dumps(spec),), timeout=0)
+        except psycopg2.Error as e:
+            say("submit %s: %s" % (name, str(e).strip()[:120]))
+        rows = self.sql("""SELECT j.id, array_agg(f.id ORDER BY f.id) FROM frameq.job j
+                           JOIN frameq.frame f ON f.job = j.id WHERE j.name = %s GROUP BY j.id""", (name,))
+        if not rows:
+            return
+        job, frames = rows[0]
+        self.jobs[job] = list(groups)
+        self.job_names[name] = job
+        self.history.log("submit", job=job, name=name, frames=frames)
+
+    def submitter(self):
+        target = 3 * HOST_CORES * len(self.host_names)
+        while not self.stop_load.is_set():
+            try:
+                live = self.sql("SELECT count(*) FROM frameq.frame WHERE state IN ('waiting', 'running')",
+                                timeout=5)[0][0]
+                if live < target:
+                    with self.submit_lock:
+                        self.submit_one(self.rng.randint(6, 14))
+            except Exception as e:  # an outage: try again later
+                say("submit: %s" % str(e).strip()[:120])
+            self.stop_load.wait(1.0)
+
+    # ---- faults -----------------------------------------------------------
+
+    def pick_fault(self, queue):
+        """The next fault kind and target, or None if nothing is free."""
+        with self.busy_lock:
+            free_hosts = [h for h in self.host_names if h not in self.busy_hosts]
+        db_free = not self.db_busy.locked()
+        candidates = queue if queue else None
+        kind = None
+        if candidates:
+            for k in candidates:
+                if (k in HOST_KINDS and free_hosts) or (k in DB_KINDS and db_free):
+                    kind = k
+                    break
+            if kind is None:
+                return None
+            queue.remove(kind)
+        else:
+            kind = self.rng.choices(KINDS, [WEIGHTS[k] for k in KINDS])[0]
+            if (kind in HOST_KINDS and not free_hosts) or (kind in DB_KINDS and not db_free):
+                return None
+        target = self.rng.choice(free_hosts) if kind in HOST_KINDS else None
+        return kind, target
+
+    def nemesis(self):
+        queue = list(KINDS) if self.args.every_kind else []
+        self.rng.shuffle(queue)
+        while not self.stop_load.is_set():
+            self.stop_load.wait(self.rng.uniform(0.2, self.args.gap))
+            if self.stop_load.is_set():
+                break
+            self.active = [t for t in self.active if t.is_alive()]
+            if len(self.active) >= self.args.max_active:
+                continue
+            pick = self.pick_fault(queue)
+            if pick is None:
+                continue
+            kind, target = pick
+            if kind in HOST_KINDS:
+                with self.busy_lock:
+                    self.busy_hosts.add(target)
+            else:
+                self.db_busy.acquire()
+            duration = self.duration(kind)
+            self.fault_id += 1
+            t = threading.Thread(target=self.run_fault, args=(self.fault_id, kind, target, duration,
+                                                              self.rng.random()), daemon=True)
+            self.active.append(t)
+            t.start()
+        for t in self.active:
+            t.join()
+        if queue:
+            self.errors.append("the run ended before every kind of fault was injected: %s" % queue)
+
+    def duration(self, kind):
+        r = self.rng.uniform
+        return {"agent_stop": r(0.5, LEASE_PERIOD + 3),
+                "host_freeze": r(LEASE_PERIOD + 1.5, LEASE_PERIOD + 4),
+                "agent_kill": r(0, 5),
+                "proxy_blackhole": r(1, 8),
+                "proxy_reset": r(0.5, 4),
+                "proxy_delay": r(2, 8),
+                "drop_reports": r(5, 15),
+                "server_crash": r(0, 4)}.get(kind, 0.0)
+
+    def run_fault(self, fid, kind, target, duration, x):
+        self.faults[kind] = self.faults.get(kind, 0) + 1
+        try:
+            getattr(self, "fault_" + kind)(fid, target, duration, x)
+        except Exception:
+            self.errors.append("fault %s on %s: %s" % (kind, target, traceback.format_exc()))
+            self.history.log("fault_off", id=fid, error=True)
+        finally:
+            if kind in HOST_KINDS:
+                with self.busy_lock:
+                    self.busy_hosts.discard(target)
+            else:
+                self.db_busy.release()
+
+    def on(self, fid, kind, target, **kw):
+        say("fault %d: %s %s %s" % (fid, kind, target or "", " ".join("%s=%s" % i for i in kw.items())))
+        self.history.log("fault_on", id=fid, kind=kind, target=target, **kw)
+
+    def off(self, fid):
+        self.history.log("fault_off", id=fid)
+
+    def fault_agent_stop(self, fid, h, d, x):
+        a = self.agents[h]
+        self.on(fid, "agent_stop", h, seconds=round(d, 2))
+        if a.alive():
+            signal_pid(a.p.pid, signal.SIGSTOP)
+            time.sleep(d)
+            signal_pid(a.p.pid, signal.SIGCONT)
+        self.off(fid)
+
+    def host_pids(self, h):
+        a = self.agents[h]
+        pids = set()
+        if a.alive():
+            pids.add(a.p.pid)
+            pids.update(descendants(a.p.pid))
+        for _, pid in self.monitor.renders_of(h):
+            pids.add(pid)
+            ppid = parent_of(pid)
+            if ppid and ppid > 1 and (not a.alive() or ppid != a.p.pid):
+                pids.add(ppid)
+        return pids
+
+    def fault_host_freeze(self, fid, h, d, x):
+        a = self.agents[h]
+        stopped = set()
+        if a.alive():
+            signal_pid(a.p.pid, signal.SIGSTOP)
+            stopped.add(a.p.pid)
+        for _ in range(5):      # until no new process appears
+            new = self.host_pids(h) - stopped
+            if not new:
+                break
+            for pid in new:
+                if signal_pid(pid, signal.SIGSTOP):
+                    stopped.add(pid)
+        # logged once everything is stopped: no render of this host starts
+        # after this instant until the thaw
+        self.on(fid, "host_freeze", h, seconds=round(d, 2), stopped=len(stopped))
+        time.sleep(d)
+        for pid in stopped:
+            signal_pid(pid, signal.SIGCONT)
+        self.off(fid)
+
+    def fault_agent_kill(self, fid, h, d, x):
+        a = self.agents[h]
+        self.on(fid, "agent_kill", h, down_seconds=round(d, 2))
+        a.kill()
+        time.sleep(d)
+        a.start()
+        self.off(fid)
+
+    def some_render(self, h):
+        """A live render of host h, else of any host (waiting a little for one)."""
+        deadline = time.monotonic() + 5
+        while True:
+            renders = self.monitor.renders_of(h) or self.monitor.renders_of()
+            if renders or time.monotonic() > deadline:
+                return renders
+            time.sleep(0.1)
+
+    def fault_render_kill(self, fid, h, d, x):
+        renders = self.some_render(h)
+        proc, pid = renders[int(x * len(renders))] if renders else (None, None)
+        self.on(fid, "render_kill", h, proc=proc)
+        if pid:
+            signal_pid(pid, signal.SIGKILL)
+        self.off(fid)
+
+    def fault_supervisor_kill(self, fid, h, d, x):
+        renders = self.some_render(h)
+        proc, pid = renders[int(x * len(renders))] if renders else (None, None)
+        sup = parent_of(pid) if pid else None
+        self.on(fid, "supervisor_kill", h, proc=proc, supervisor=sup)
+        if sup and sup > 1:
+            signal_pid(sup, signal.SIGKILL)
+        self.off(fid)
+
+    def fault_proxy(self, fid, h, d, mode, ms=0):
+        self.on(fid, "proxy_" + mode, h, seconds=round(d, 2), **({"ms": ms} if ms else {}))
+        self.proxy.set(h, mode, ms)
+        time.sleep(d)
+        self.proxy.set(h, "pass")
+        self.off(fid)
+
+    def fault_proxy_blackhole(self, fid, h, d, x):
+        self.fault_proxy(fid, h, d, "blackhole")
+
+    def fault_proxy_reset(self, fid, h, d, x):
+        self.fault_proxy(fid, h, d, "reset")
+
+    def fault_proxy_delay(self, fid, h, d, x):
+        self.fault_proxy(fid, h, d, "delay", int(50 + x * 950))
+
+    def fault_drop_reports(self, fid, h, d, x):
+        a = self.agents[h]
+        self.on(fid, "drop_reports", h, seconds=round(d, 2), percent=50)
+        a.set_drop(50)
+        if a.alive():
+            signal_pid(a.p.pid, signal.SIGHUP)
+        time.sleep(d)
+        a.set_drop(0)
+        if a.alive():
+            signal_pid(a.p.pid, signal.SIGHUP)
+        self.off(fid)
+
+    def direct(self, server, query):
+        conn = psycopg2.connect(host="127.0.0.1", port=server.port, dbname="fq", user="postgres",
+                                connect_timeout=5, application_name="fqh-nemesis")
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute(query)
+                return cur.fetchall()
+        finally:
+            conn.close()
+
+    def fault_terminate_backends(self, fid, h, d, x):
+        self.on(fid, "terminate_backends", None)
+        n = self.direct(self.primary, """
+            SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+            WHERE datname = 'fq' AND backend_type = 'client backend' AND pid <> pg_backend_pid()
+              AND application_name NOT LIKE 'fqh-harness%'""")[0][0]
+        say("  terminated %d sessions" % n)
+        self.off(fid)
+
+    def fault_worker_kill(self, fid, h, d, x):
+        rows = self.direct(self.primary, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'frameq worker'")
+        self.on(fid, "worker_kill", None, pid=rows[0][0] if rows else None)
+        if rows:
+            signal_pid(rows[0][0], signal.SIGKILL)
+        self.wait_accepting(self.primary)
+        self.off(fid)
+
+    def wait_accepting(self, server, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.direct(server, "SELECT 1")
+                return
+            except psycopg2.OperationalError:
+                time.sleep(0.2)
+        raise RuntimeError("server %s does not accept connections" % server.name)
+
+    def fault_server_crash(self, fid, h, d, x):
+        self.on(fid, "server_crash", None, server=self.primary.name, down_seconds=round(d, 2))
+        self.primary.stop("immediate")
+        time.sleep(d)
+        self.primary.start()
+        self.off(fid)
+
+    def fault_failover(self, fid, h, d, x):
+        old, new = self.primary, self.standby
+        self.on(fid, "failover", None, old=old.name, new=new.name)
+        # no submission until the lost ones are known (ids may be reused)
+        with self.submit_lock:
+            old.stop("immediate")       # and it never serves as a primary again
+            new.promote()
+            self.primary, self.standby = new, old
+            self.failovers.append({"wall": time.time(), "t": time.monotonic()})
+            self.wait_accepting(new)
+            # submissions the old primary acknowledged but never streamed
+            known = {r[0] for r in self.direct(new, "SELECT name FROM frameq.job")}
+            for name, job in list(self.job_names.items()):
+                if name not in known:
+                    self.history.log("lost_submit", job=job, name=name)
+                    del self.job_names[name]
+        old.basebackup(new)         # rebuild the old primary as the standby
+        old.start()
+        self.off(fid)
+
+    # ---- phases -----------------------------------------------------------
+
+    def load(self):
+        self.history.log("phase", phase="load")
+        say("load: %ds with faults (seed %d)" % (self.args.duration, self.args.seed))
+        threads = [threading.Thread(target=self.submitter, daemon=True),
+                   threading.Thread(target=self.nemesis, daemon=True)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + self.args.duration
+        while time.monotonic() < deadline and not self.errors:
+            time.sleep(0.5)
+        self.stop_load.set()
+        for t in threads:
+            t.join()
+
+    def heal(self):
+        self.history.log("phase", phase="heal")
+        for h in self.host_names:
+            self.proxy.set(h, "pass")
+            a = self.agents[h]
+            a.set_drop(0)
+            if not a.alive():
+                a.start()
+            else:
+                signal_pid(a.p.pid, signal.SIGCONT)
+        for s in (self.primary, self.standby):
+            if not s.running():
+                s.start()
+        backlog = self.sql("SELECT count(*) FROM frameq.frame WHERE state IN ('waiting', 'depend', 'running')")[0][0]
+        slots = HOST_CORES * len(self.host_names)
+        self.heal_t = time.monotonic()
+        self.history.log("heal", t=self.heal_t, backlog=backlog, slots=slots)
+        say("healed: %d frames not finished" % backlog)
+        return backlog, slots
+
+    def quiesce(self, backlog, slots):
+        self.history.log("phase", phase="quiescence")
+        bound = LEASE_PERIOD * 2 + POLL + RENDER_MAX + math.ceil(backlog / slots) * (RENDER_MAX + 1) + 60
+        deadline = time.monotonic() + bound
+        done = False
+        while time.monotonic() < deadline:
+            left, procs = self.sql("""SELECT (SELECT count(*) FROM frameq.frame WHERE state IN ('waiting', 'depend', 'running')),
+                                             (SELECT count(*) FROM frameq.proc)""")[0]
+            if left == 0 and procs == 0:
+                done = True
+                break
+            time.sleep(0.5)
+        self.history.log("quiet", all_terminal=done)
+        say("quiet after %.1fs: all terminal %s" % (time.monotonic() - self.heal_t, done))
+
+    def final(self):
+        self.history.log("phase", phase="final")
+
+        def rows(query):
+            conn = psycopg2.connect(self.conninfo)
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(query)
+                    names = [c.name for c in cur.description]
+                    return [dict(zip(names, r)) for r in cur.fetchall()]
+            finally:
+                conn.close()
+
+        final = {
+            "params": {"seed": self.args.seed, "ttl": TTL, "drift": DRIFT, "margin": MARGIN,
+                       "render_max": RENDER_MAX + 1.0, "freeze_k": FREEZE_K,
+                       "quarantine": LEASE_PERIOD, "poll": POLL, "hosts": len(self.host_names),
+                       "duration": self.args.duration},
+            "frames": rows("SELECT id, job, layer, number, state, retries, attempts FROM frameq.frame"),
+            "runs": rows("""SELECT r.proc, r.frame, r.job, h.name AS host, r.epoch,
+                                   extract(epoch FROM r.started_at)::float8 AS started_at,
+                                   extract(epoch FROM r.ended_at)::float8 AS ended_at,
+                                   r.exit_status, r.exit_signal, r.reason, r.end_state
+                            FROM frameq.run r JOIN frameq.host h ON h.id = r.host"""),
+            "procs": rows("SELECT p.id, p.frame, h.name AS host, p.state FROM frameq.proc p JOIN frameq.host h ON h.id = p.host"),
+            "outputs": rows("SELECT frame, proc, content FROM fqh.output"),
+            "publishes": rows("SELECT frame, proc, extract(epoch FROM at)::float8 AS at FROM fqh.publish_log"),
+            "jobs": [{"id": j, "groups": g} for j, g in self.jobs.items()],
+            "caps": self.caps,
+            "check": rows("SELECT invariant, detail FROM frameq.check()"),
+            "failovers": self.failovers,
+            "faults": self.faults,
+        }
+        with open(os.path.join(self.out, "final.json"), "w") as f:
+            json.dump(final, f)
+        return final
+
+    def teardown(self):
+        for a in self.agents.values():
+            try:
+                a.stop()
+            except Exception:
+                pass
+        if self.monitor:
+            # every render must be seen dead before the history is closed
+            deadline = time.monotonic() + 20
+            while self.monitor.renders_of() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            for _, pid in self.monitor.renders_of():
+                signal_pid(pid, signal.SIGKILL)
+            self.monitor.stopping = True
+            self.monitor.join(10)
+        if self.proxy:
+            self.proxy.close()
+        for s in self.servers:
+            s.stop("fast")
+
+    def main(self):
+        try:
+            self.setup()
+            self.load()
+            backlog, slots = self.heal()
+            self.quiesce(backlog, slots)
+            final = self.final()
+        except Exception:
+            self.errors.append(traceback.format_exc())
+            final = None
+        finally:
+            self.teardown()
+        say("faults injected:", sum(self.faults.values()), json.dumps(self.faults, sort_keys=True))
+        if self.errors:
+            for e in self.errors:
+                say("harness error:", e)
+            return 3
+        say("frames: %d, renders started: %d" % (len(final["frames"]), self.monitor.started_count))
+        r = subprocess.run([PY, os.path.join(HERE, "check.py"), self.out])
+        return r.returncode
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--duration", type=float, default=120)
+    ap.add_argument("--hosts", type=int, default=4)
+    ap.add_argument("--port", type=int, default=55400)
+    ap.add_argument("--gap", type=float, default=2.5, help="longest pause between faults (s)")
+    ap.add_argument("--max-active", type=int, default=2)
+    ap.add_argument("--every-kind", action="store_true", help="inject every kind of fault at least once")
+    args = ap.parse_args()
+    if os.getuid() != 0:
+        sys.exit("harness.py must run as root (servers run as postgres via runuser)")
+    sys.exit(Harness(args).main())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+#!/usr/bin/python3
+"""The witness render of the frameq fault-injection harness.
+
+The agent starts one per booking (the layer's command), with FRAMEQ_PROC,
+FRAMEQ_FRAME, FRAMEQ_JOB and FRAMEQ_HOST in its environment, and from the
+layer's env FQH_DIR (the run's directory), FQH_GROUPS (the capped groups
+of its job as "group:slots,...") and FQH_CONNINFO (inherited from its
+agent: the host's fault proxies).
+
+1. It takes an exclusive, non-blocking flock on witness/frame-<F> and writes
+   its proc into it.  The kernel drops a flock only when its holder dies,
+   so if a second run of the frame is alive, the lock is taken: it logs a
+   witness_violation naming the holder, and carries on.
+2. It takes one of the slot files caps/<group>/slot-<i> of each of its
+   groups (a group has as many slots as its cap allows frames); when none
+   is free, a live process exceeds the cap: it logs a slot_violation.
+3. It writes its output, tagged with its proc, in chunks with pauses.
+4. It publishes the output only in a transaction that first checks
+   frameq.owns(proc) (which holds the proc row against release until the
+   commit), then exits 0.  Not the owner: exit 3, nothing published.
+   Database unreachable for too long: exit 4.
+
+Each event is one JSON line appended (O_APPEND, one write) to
+history/renders.jsonl, with t = CLOCK_MONOTONIC seconds.
+"""
+
+import fcntl
+import json
+import os
+import signal
+import sys
+import time
+
+T0 = time.monotonic()
+DIR = os.environ["FQH_DIR"]
+PROC = int(os.environ["FRAMEQ_PROC"])
+FRAME = int(os.environ["FRAMEQ_FRAME"])
+JOB = int(os.environ["FRAMEQ_JOB"])
+HOST = os.environ["FRAMEQ_HOST"]
+HISTORY = os.open(os.path.join(DIR, "history", "renders.jsonl"),
+                  os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+
+def log(ev, t=None, **kw):
+    rec = {"ev": ev, "t": time.monotonic() if t is None else t, "proc": PROC}
+    rec.update(kw)
+    os.write(HISTORY, (json.dumps(rec) + "\n").encode())
+
+
+def render_time():
+    """0.4 to 2.8 s, fixed per frame (FQH_RENDER_MAX is the upper bound)."""
+    return 0.4 + (FRAME * 7919 % 25) / 10.0
+
+
+def main():
+    # a render stuck on a dead connection must not hang forever: the
+    # default action of SIGALRM ends the process (the agent reports it)
+    signal.alarm(int(os.environ.get("FQH_ALARM", "40")))
+
+    witness = os.open(os.path.join(DIR, "witness", "frame-%d" % FRAME), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(witness, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.ftruncate(witness, 0)
+        os.pwrite(witness, str(PROC).encode(), 0)
+    except BlockingIOError:
+        try:
+            holder = int(os.pread(witness, 32, 0).decode() or "x")
+        except ValueError:
+            holder = None
+        log("witness_violation", frame=FRAME, host=HOST, holder=holder)
+
+    groups = []
+    held = []
+    for spec in filter(None, os.environ.get("FQH_GROUPS", "").split(",")):
+        group, slots = spec.rsplit(":", 1)
+        groups.append(group)
+        gdir = os.path.join(DIR, "caps", group)
+        for i in range(int(slots)):
+            fd = os.open(os.path.join(gdir, "slot-%d" % i), os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held.append(fd)
+                break
+            except BlockingIOError:
+                os.close(fd)
+        else:
+            log("slot_violation", host=HOST, group=group)
+
+    log("start", t=T0, frame=FRAME, job=JOB, host=HOST, pid=os.getpid(), groups=groups)
+
+    out = os.path.join(DIR, "tmp", "%d.%d" % (FRAME, PROC))
+    chunks = 4
+    with open(out, "w") as f:
+        for i in range(chunks):
+            f.write("proc=%d chunk=%d\n" % (PROC, i))
+            f.flush()
+            time.sleep(render_time() / chunks)
+    with open(out) as f:
+        content = f.read()
+
+    code = publish(content)
+    log("exit", code=code)
+    sys.exit(code)
+
+
+def publish(content):
+    import psycopg2
+
+    deadline = time.monotonic() + 12
+    while True:
+        try:
+            conn = psycopg2.connect(os.environ["FQH_CONNINFO"], connect_timeout=2,
+                                    application_name="fqh-render")
+            try:
+                with conn:
+                    with conn.cursor() as cur:
+                        cur.execute("SELECT frameq.owns(%s)", (PROC,))
+                        if not cur.fetchone()[0]:
+                            log("publish", frame=FRAME, result="not_owner")
+                            return 3
+                        cur.execute("INSERT INTO fqh.publish_log (frame, proc) VALUES (%s, %s)",
+                                    (FRAME, PROC))
+                        cur.execute("INSERT INTO fqh.output (frame, proc, content) VALUES (%s, %s, %s) "
+                                    "ON CONFLICT (frame) DO UPDATE SET proc = excluded.proc, "
+                                    "content = excluded.content", (FRAME, PROC, content))
+                log("publish", frame=FRAME, result="published")
+                return 0
+            finally:
+                conn.close()
+        except psycopg2.Error as e:
+            # an indeterminate commit is retried: publishing again is idempotent
+            if time.monotonic() > deadline:
+                log("publish", frame=FRAME, result="error", error=str(e).strip()[:200])
+                return 4
+            time.sleep(0.5)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,679 @@
+#!/usr/bin/env python3
+"""Self-test of test/fault/check.py: synthetic harness histories in, verdicts out.
+
+    python3 test/fault/test_check.py
+
+Each case builds an OUTDIR in a temporary directory, runs the checker on it
+and asserts it finds exactly the expected violations, as a multiset of
+(check, kind, group-or-frame). A clean history must pass; every other case
+breaks one thing. Prints one line per case and then "N passed, N failed";
+exits 1 if anything failed.
+
+The synthetic farm: hosts h1..h3; job 1 (frames 1-3) in groups job-1,
+folder-1, show-alpha; job 2 (frames 4-6) also in limit-l1. Monotonic time
+starts at 1000; wall time is monotonic time + WALL on every clock, so the
+DB, the harness and the agents agree.
+"""
+
+import collections
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.dont_write_bytecode = True     # leave no __pycache__ in the tree
+import check  # noqa: E402
+
+WALL = 1_780_000_000.0 - 1000.0
+JOBS = {1: ["job-1", "folder-1", "show-alpha"],
+        2: ["job-2", "folder-1", "show-alpha", "limit-l1"]}
+CAPS = {"job-1": 2, "job-2": 2, "folder-1": 3, "show-alpha": 4, "limit-l1": 2}
+HOSTS = ("h1", "h2", "h3")
+
+
+def wall(t):
+    return t + WALL
+
+
+class Farm:
+    """A synthetic OUTDIR under construction."""
+
+    def __init__(self):
+        self.renders, self.harness = [], []
+        self.logs = collections.defaultdict(list)
+        self.frames = {}
+        self.runs, self.procs, self.publishes, self.check, self.failovers = [], [], [], [], []
+        self.outputs = {}
+        self.params = {"seed": 7, "ttl": 3.0, "drift": 0.05, "margin": 1.0, "render_max": 3.0,
+                       "freeze_k": 5.0, "quarantine": 4.15, "poll": 1.0}
+        self.next_fault = 1
+
+    # -- events ---------------------------------------------------------------
+
+    def h(self, t, ev, **kw):
+        self.harness.append({"ev": ev, "t": t, "wall": wall(t), **kw})
+
+    def r(self, t, ev, proc, **kw):
+        self.renders.append({"ev": ev, "t": t, "proc": proc, **kw})
+
+    def log(self, host, w, text):
+        stamp = datetime.datetime.fromtimestamp(w, datetime.timezone.utc)
+        self.logs[host].append(stamp.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z " + text)
+
+    def report(self, host, w, proc, frame, answer, epoch=1, status=0, signal=0, extra=""):
+        self.log(host, w, f"reported proc={proc} frame={frame} epoch={epoch} "
+                          f"exit_status={status} exit_signal={signal} answer={answer}{extra}")
+
+    def fault(self, t_on, t_off, kind, target=None):
+        n, self.next_fault = self.next_fault, self.next_fault + 1
+        self.h(t_on, "fault_on", id=n, kind=kind, target=target)
+        self.h(t_off, "fault_off", id=n)
+        return n
+
+    def drop_fault(self, n):
+        self.harness = [e for e in self.harness
+                        if not (e["ev"] in ("fault_on", "fault_off") and e["id"] == n)]
+
+    def submit(self, t, job, frames):
+        self.h(t, "submit", job=job, frames=frames)
+        for fid in frames:
+            self.frames[fid] = {"id": fid, "job": job, "layer": job * 10, "number": fid,
+                                "state": "succeeded", "retries": 0, "attempts": 0}
+
+    def attempt(self, frame, proc, host, start, end, *, reason="completed",
+                end_state="succeeded", death="exit", db=None, in_db=True, publish=True,
+                output=True, accepted=None, signal=0, epoch=1):
+        """One attempt of a frame: the render lives [start, end] (monotonic);
+        its DB run is db=(begin, end) in monotonic seconds, by default
+        [start - 0.2, end + 0.03]; death is "exit" (exit + dead events),
+        "killed" (dead only) or None (never seen dead)."""
+        job = self.frames[frame]["job"]
+        self.frames[frame]["attempts"] += 1
+        pid = 1000 + proc % 30000
+        self.r(start, "start", proc, frame=frame, job=job, host=host, pid=pid,
+               groups=JOBS[job])
+        if publish:
+            self.r(end - 0.2, "publish", proc, frame=frame, result="published")
+        if death == "exit":
+            self.r(end - 0.01, "exit", proc, code=0)
+        if death is not None:
+            self.h(end, "dead", proc=proc, pid=pid, late=False)
+        db_begin, db_end = db or (start - 0.2, end + 0.03)
+        if accepted is None:
+            accepted = reason in ("completed", "killed")
+        if accepted:
+            self.report(host, wall(db_end) + 0.01, proc, frame, "accepted", epoch=epoch,
+                        status=128 + signal if signal else 0, signal=signal)
+        if not in_db:
+            return
+        self.runs.append({"proc": proc, "frame": frame, "job": job, "host": host,
+                          "epoch": epoch, "started_at": wall(db_begin),
+                          "ended_at": None if db_end is None else wall(db_end),
+                          "exit_status": 128 + signal if signal else 0, "exit_signal": signal,
+                          "reason": reason, "end_state": end_state})
+        if publish:
+            self.publishes.append({"frame": frame, "proc": proc, "at": wall(db_end - 0.13)})
+        if output:
+            self.outputs[frame] = {"frame": frame, "proc": proc,
+                                   "content": f"proc={proc} chunk=0\nproc={proc} chunk=1\n"}
+
+    def drop(self, proc):
+        """Remove every trace of one proc."""
+        self.renders = [e for e in self.renders if e["proc"] != proc]
+        self.harness = [e for e in self.harness if e.get("proc") != proc]
+        self.runs = [run for run in self.runs if run["proc"] != proc]
+        self.publishes = [p for p in self.publishes if p["proc"] != proc]
+        self.outputs = {k: v for k, v in self.outputs.items() if v["proc"] != proc}
+        for host in self.logs:
+            self.logs[host] = [ln for ln in self.logs[host] if f" proc={proc} " not in ln]
+
+    def event(self, where, ev, **match):
+        """The one event of renders or harness with ev and the given fields."""
+        found = [e for e in getattr(self, where)
+                 if e["ev"] == ev and all(e.get(k) == v for k, v in match.items())]
+        assert len(found) == 1, (where, ev, match, found)
+        return found[0]
+
+    # -- output ---------------------------------------------------------------
+
+    def write(self, outdir):
+        os.makedirs(os.path.join(outdir, "history"), exist_ok=True)
+        os.makedirs(os.path.join(outdir, "agents"), exist_ok=True)
+        for name, events in (("renders", self.renders), ("harness", self.harness)):
+            with open(os.path.join(outdir, "history", name + ".jsonl"), "w") as f:
+                for e in sorted(events, key=lambda e: e["t"]):
+                    f.write(json.dumps(e) + "\n")
+        for host in HOSTS:
+            with open(os.path.join(outdir, "agents", host + ".log"), "w") as f:
+                f.writelines(ln + "\n" for ln in sorted(self.logs.get(host, [])))
+        final = {"params": self.params, "frames": list(self.frames.values()),
+                 "runs": self.runs, "procs": self.procs,
+                 "outputs": list(self.outputs.values()), "publishes": self.publishes,
+                 "jobs": [{"id": j, "groups": g} for j, g in JOBS.items()],
+                 "caps": CAPS, "check": self.check, "failovers": self.failovers}
+        with open(os.path.join(outdir, "final.json"), "w") as f:
+            json.dump(final, f, indent=1)
+
+
+def clean():
+    """A run with a render kill and retry, an agent pause, a failover that
+    loses a booking and its accepted report, a stale and a duplicate answer.
+    Caps are reached but never exceeded."""
+    f = Farm()
+    f.h(1000, "phase", phase="setup")
+    f.submit(1001, 1, [1, 2, 3])
+    f.submit(1001, 2, [4, 5, 6])
+    f.h(1002, "phase", phase="load")
+    f.attempt(1, 101, "h1", 1003, 1006)
+    f.attempt(2, 102, "h2", 1003, 1006)
+    f.attempt(4, 104, "h3", 1003, 1006)
+    # frame 3: its render is killed, the failure reported, the frame retried
+    f.fault(1008, 1008, "render_kill", "h1")
+    f.attempt(3, 103, "h1", 1007, 1008, death="killed", end_state="waiting", signal=9,
+              publish=False, output=False)
+    f.attempt(3, 113, "h2", 1009, 1012)
+    # frame 5 rides out an agent pause; the agent reports it twice
+    f.fault(1008, 1009, "agent_stop", "h3")
+    f.attempt(5, 105, "h3", 1007, 1010)
+    f.report("h3", wall(1010.5), 105, 5, "duplicate")
+    # frame 6: the failover loses its booking and its accepted report; it runs again
+    f.attempt(6, 96, "h2", 1010, 1010.8, in_db=False)
+    f.fault(1011, 1011, "failover")
+    f.failovers.append({"wall": wall(1011)})
+    # a quoted value that contains "answer=accepted" must not be read as one
+    f.report("h1", wall(1013), 99, 6, "stale",
+             extra=' note="not this host\'s live proc any more: answer=accepted ignored"')
+    f.log("h1", wall(1013.5), "lease-renewed procs=0 kill=0 deadline=2.9s")
+    f.logs["h2"].append("libpq noise on stderr")
+    f.h(1039, "phase", phase="heal")
+    f.h(1040, "heal", backlog=1, slots=6)
+    f.h(1040, "phase", phase="quiescence")
+    f.attempt(6, 116, "h1", 1041, 1044)
+    f.h(1060, "quiet", all_terminal=True)
+    f.h(1060, "phase", phase="final")
+    return f
+
+
+def with_freeze(f, die_at=1028.0, new_start=1024.7, effect=False):
+    """Host h3 frozen 1020-1027 while render 108 of frame 8 runs there: its
+    lease expires, frame 8 is rebooked on h1 (render 118), which finds the
+    witness held by 108 and limit-l1 full; 108 dies at die_at. Frame 9
+    (render 109) keeps limit-l1 and job-2 busy meanwhile."""
+    f.submit(1018, 2, [8, 9])
+    f.attempt(9, 109, "h2", 1020, 1028)
+    f.attempt(8, 108, "h3", 1019, die_at, death="killed", reason="host_lost",
+              end_state="waiting", db=(1018.8, 1024.2), publish=False, output=False,
+              accepted=effect)
+    f.fault(1020, 1027, "host_freeze", "h3")
+    f.attempt(8, 118, "h1", new_start, 1028.5, db=(1024.5, 1028.53))
+    f.r(new_start, "witness_violation", 118, frame=8, host="h1", holder=108)
+    f.r(new_start, "slot_violation", 118, host="h1", group="limit-l1")
+    f.report("h3", wall(die_at + 0.1), 108, 8, "stale")
+    return f
+
+
+# --------------------------------------------------------------------------
+# Cases: each returns (farm, expected violations, expected stats subset)
+
+V = collections.namedtuple("V", "check kind ident")
+
+
+def C1(kind, ident=None):
+    return V("C1_exclusivity", kind, ident)
+
+
+def C2(kind, ident=None):
+    return V("C2_fencing", kind, ident)
+
+
+def C3(kind, ident=None):
+    return V("C3_no_loss", kind, ident)
+
+
+def C4(kind, ident=None):
+    return V("C4_caps", kind, ident)
+
+
+def C5(kind, ident=None):
+    return V("C5_liveness", kind, ident)
+
+
+def C6(kind, ident=None):
+    return V("C6_tokens", kind, ident)
+
+
+CASES = []
+
+
+def case(fn):
+    CASES.append(fn)
+    return fn
+
+
+@case
+def clean_history_passes():
+    return clean(), [], {
+        "renders_started": 8, "frames_by_state": {"succeeded": 6},
+        "runs_by_reason": {"completed": 7},
+        "faults_by_kind": {"agent_stop": 1, "failover": 1, "render_kill": 1},
+        "acks_lost_in_failover": 1, "stale_answers": 1, "duplicate_answers": 1,
+        "renders_unknown_to_db": 1, "freeze_overlaps_allowed": 0, "witness_violations": 0,
+        "slot_violations": 0, "recovery_seconds": 4.03, "recovery_bound_seconds": 25.3}
+
+
+@case
+def witness_violation():
+    f = clean()
+    f.r(1004, "witness_violation", 102, frame=2, host="h2", holder=999)
+    return f, [C1("witness_violation", 2)], {"witness_violations": 1}
+
+
+@case
+def witness_violation_with_unknown_holder():
+    f = clean()
+    f.r(1004, "witness_violation", 102, frame=2, host="h2", holder=None)
+    return f, [C1("witness_violation", 2)], {}
+
+
+@case
+def overlapping_renders():
+    # 102's lease is taken away at 1004.2 but its render lives on to 1006,
+    # past the start of 122: the renders overlap (and so exceed job-1 and
+    # folder-1 in the render sweep) while the DB runs do not
+    f = clean()
+    f.drop(102)
+    f.attempt(2, 102, "h2", 1003, 1006, death="killed", reason="host_lost",
+              end_state="waiting", db=(1002.8, 1004.2), publish=False, output=False)
+    f.attempt(2, 122, "h3", 1004.5, 1007)
+    return f, [C1("render_overlap", 2), C4("render_cap", "job-1"),
+               C4("render_cap", "folder-1")], {}
+
+
+@case
+def overlapping_db_runs():
+    # render 102 died at 1004 but its run ends at 1006, after 122 was booked
+    f = clean()
+    f.drop(102)
+    f.attempt(2, 102, "h2", 1003, 1004, death="killed", reason="killed", end_state="waiting",
+              db=(1002.8, 1006), publish=False, output=False, signal=9)
+    f.attempt(2, 122, "h3", 1004.5, 1007)
+    return f, [C1("run_overlap", 2), C4("run_cap", "job-1"), C4("run_cap", "folder-1")], {}
+
+
+@case
+def render_never_seen_dead():
+    f = clean()
+    f.drop(116)
+    f.attempt(6, 116, "h1", 1041, 1044, death=None)
+    return f, [C1("never_seen_dead", 6)], {"renders_never_seen_dead": 1}
+
+
+@case
+def publish_outside_run():
+    f = clean()
+    next(p for p in f.publishes if p["proc"] == 101)["at"] = wall(1007)
+    f.publishes.append({"frame": 1, "proc": 555, "at": wall(1004)})
+    # in time for proc 101's run, but for a frame that run is not
+    f.publishes.append({"frame": 2, "proc": 101, "at": wall(1005)})
+    return f, [C2("publish_outside_run", 1), C2("publish_outside_run", 1),
+               C2("publish_outside_run", 2)], {}
+
+
+@case
+def accepted_report_of_another_host_or_epoch():
+    f = clean()
+    f.report("h2", wall(1008.1), 103, 3, "accepted")
+    f.report("h1", wall(1006.1), 101, 1, "accepted", epoch=2)
+    return f, [C2("ack_mismatch", 3), C2("ack_mismatch", 1)], {}
+
+
+@case
+def accepted_report_unknown_to_db_after_failover():
+    f = clean()
+    f.report("h1", wall(1013), 777, 6, "accepted")
+    return f, [C2("ack_without_run", 6)], {"acks_lost_in_failover": 1}
+
+
+@case
+def without_failover_nothing_may_be_lost():
+    f = clean()
+    f.drop_fault(next(e["id"] for e in f.harness
+                      if e["ev"] == "fault_on" and e["kind"] == "failover"))
+    f.failovers = []
+    return f, [C2("ack_without_run", 6), C6("render_without_run", 6)], \
+        {"acks_lost_in_failover": 0}
+
+
+@case
+def two_completed_runs():
+    f = clean()
+    f.attempt(1, 131, "h2", 1007, 1009)
+    return f, [C3("completed_runs", 1)], {}
+
+
+@case
+def succeeded_frame_without_completed_run():
+    f = clean()
+    next(run for run in f.runs if run["proc"] == 113)["reason"] = "killed"
+    return f, [C3("completed_runs", 3)], {}
+
+
+@case
+def output_from_another_proc():
+    f = clean()
+    f.outputs[2] = {"frame": 2, "proc": 101, "content": "proc=101 chunk=0\n"}
+    return f, [C3("output_proc", 2)], {}
+
+
+@case
+def output_with_foreign_chunk():
+    f = clean()
+    f.outputs[4]["content"] += "proc=101 chunk=2\n"
+    return f, [C3("output_content", 4)], {}
+
+
+@case
+def output_missing():
+    f = clean()
+    del f.outputs[5]
+    return f, [C3("output_missing", 5)], {}
+
+
+@case
+def frame_left_waiting():
+    f = clean()
+    f.drop(105)
+    f.attempt(5, 105, "h3", 1007, 1010, death="killed", reason="host_lost",
+              end_state="waiting", publish=False, output=False)
+    f.frames[5]["state"] = "waiting"
+    f.event("harness", "quiet")["all_terminal"] = False
+    return f, [C3("frame_not_terminal", 5), C5("not_quiet")], {}
+
+
+@case
+def submission_lost_in_failover():
+    # job 3 was acknowledged by the old primary and lost with it; the harness
+    # also logs a fault_off for a fault it failed to inject
+    f = clean()
+    f.h(1009, "submit", job=3, frames=[11, 12])
+    f.h(1011.5, "lost_submit", job=3)
+    f.h(1012, "fault_off", id=99, error=True)
+    return f, [], {"frames_lost_with_submit": 2, "fault_off_unmatched": 1,
+                   "submitted_frames": 8}
+
+
+@case
+def submitted_frame_missing():
+    f = clean()
+    del f.frames[6]
+    return f, [C3("frame_missing", 6)], {}
+
+
+@case
+def cap_exceeded_in_render_sweep():
+    # render 107 runs 1004-1005 beside 101 and 102 (job-1 cap 2); its DB run
+    # is placed where the DB sweep sees no excess
+    f = clean()
+    f.submit(1001, 1, [7])
+    f.attempt(7, 107, "h3", 1004, 1005, db=(1006.5, 1006.9))
+    return f, [C4("render_cap", "job-1"), C4("render_cap", "folder-1")], {}
+
+
+@case
+def cap_exceeded_in_db_sweep():
+    f = clean()
+    f.submit(1001, 1, [7])
+    f.attempt(7, 107, "h3", 1006.2, 1006.7, db=(1004, 1006.75))
+    return f, [C4("run_cap", "job-1"), C4("run_cap", "folder-1")], {}
+
+
+@case
+def slot_violation():
+    f = clean()
+    f.r(1004, "slot_violation", 102, host="h2", group="job-1")
+    return f, [C4("slot_violation", "job-1")], {"slot_violations": 1}
+
+
+@case
+def live_proc_left():
+    f = clean()
+    f.procs.append({"id": 116, "frame": 6, "host": "h1", "state": "killing"})
+    return f, [C5("live_proc", 6)], {}
+
+
+@case
+def slow_recovery():
+    f = clean()
+    f.drop(116)
+    f.attempt(6, 116, "h1", 1070, 1073)
+    return f, [C5("slow_recovery")], {"recovery_seconds": 33.03}
+
+
+@case
+def proc_reused_by_runs_and_renders():
+    f = clean()
+    f.drop(113)
+    f.attempt(3, 103, "h2", 1009, 1012)
+    return f, [C6("proc_reused"), C6("proc_reused", 3)], {}
+
+
+@case
+def render_on_another_host_than_its_run():
+    f = clean()
+    f.event("renders", "start", proc=105)["host"] = "h1"
+    return f, [C6("proc_reused", 5)], {}
+
+
+@case
+def check_not_empty():
+    f = clean()
+    f.check.append({"invariant": "usage", "detail": "job 1 cores 200, live procs 100"})
+    return f, [V("C7_check", "check_row", None)], {}
+
+
+@case
+def host_freeze_allowed():
+    return with_freeze(clean()), [], {
+        "freeze_overlaps_allowed": 1, "freeze_zombies": 1, "witness_violations": 1,
+        "witness_violations_allowed": 1, "slot_violations": 1, "slot_violations_allowed": 1,
+        "faults_by_kind": {"agent_stop": 1, "failover": 1, "host_freeze": 1, "render_kill": 1}}
+
+
+@case
+def host_freeze_zombie_dies_too_late():
+    # thaw at 1027, freeze_k 5: dying at 1033 is one second too late, and the
+    # zombie then counts against job-2 and limit-l1 for its whole life
+    f = with_freeze(clean(), die_at=1033.0)
+    return f, [C1("witness_violation", 8), C1("render_overlap", 8),
+               C4("slot_violation", "limit-l1"), C4("render_cap", "job-2"),
+               C4("render_cap", "limit-l1")], \
+        {"freeze_overlaps_allowed": 0, "freeze_zombies": 0}
+
+
+@case
+def host_freeze_zombie_with_accepted_report():
+    f = with_freeze(clean(), effect=True)
+    return f, [C1("witness_violation", 8), C1("render_overlap", 8),
+               C4("slot_violation", "limit-l1"), C4("render_cap", "job-2"),
+               C4("render_cap", "limit-l1"), C2("ack_mismatch", 8)], {"freeze_zombies": 0}
+
+
+@case
+def host_freeze_overlap_began_before_the_freeze():
+    # 118 starts at 1019.5, before h3 froze at 1020: the freeze excuses nothing
+    # that began before it (from 1020 on, 108 is an excused zombie for the caps)
+    f = with_freeze(clean(), new_start=1019.5)
+    return f, [C1("witness_violation", 8), C1("render_overlap", 8),
+               C4("slot_violation", "limit-l1")], {"freeze_zombies": 1}
+
+
+@case
+def host_freeze_excuses_no_render_started_after_thaw():
+    # render 128 starts on h3 after the thaw and loses its lease at once; it
+    # dies within freeze_k of the thaw, but it was never frozen: overlapping
+    # it is not excused
+    f = with_freeze(clean())
+    f.submit(1018, 1, [10])
+    f.attempt(10, 128, "h3", 1027.5, 1030, death="killed", reason="host_lost",
+              end_state="waiting", db=(1027.3, 1027.7), publish=False, output=False)
+    f.attempt(10, 138, "h1", 1028, 1029)
+    return f, [C1("render_overlap", 10)], {"freeze_zombies": 1, "freeze_overlaps_allowed": 1}
+
+
+@case
+def host_freeze_excuses_only_its_frame_and_groups():
+    # zombie 108 (frame 8, job 2) excuses neither a witness conflict on
+    # frame 9 nor a full job-1
+    f = with_freeze(clean())
+    f.r(1025, "witness_violation", 109, frame=9, host="h2", holder=108)
+    f.r(1025, "slot_violation", 109, host="h2", group="job-1")
+    # 108 is dead at 1028: a file that still names it was read just after
+    # some other render took the lock
+    f.r(1028.2, "witness_violation", 148, frame=8, host="h2", holder=108)
+    return f, [C1("witness_violation", 9), C4("slot_violation", "job-1"),
+               C1("witness_violation", 8)], \
+        {"witness_violations_allowed": 1, "slot_violations_allowed": 1}
+
+
+# --------------------------------------------------------------------------
+# Runner
+
+def ident(v):
+    return v.get("group", v.get("frame"))
+
+
+def run_case(fn, tmp):
+    farm, expected, stats = fn()
+    outdir = os.path.join(tmp, fn.__name__)
+    farm.write(outdir)
+    verdict = check.check_outdir(outdir)
+    got = collections.Counter(V(v["check"], v["kind"], ident(v)) for v in verdict["violations"])
+    want = collections.Counter(expected)
+    problems = []
+    if got != want:
+        problems.append(f"unexpected {sorted(got - want, key=str)}, "
+                        f"missing {sorted(want - got, key=str)}")
+        problems += [f"    {v['check']} {v['kind']}: {v['detail']}" for v in verdict["violations"]]
+    if verdict["ok"] != (not expected):
+        problems.append(f"ok is {verdict['ok']}")
+    for key, value in stats.items():
+        if verdict["stats"].get(key) != value:
+            problems.append(f"stats[{key!r}] = {verdict['stats'].get(key)!r}, want {value!r}")
+    return problems
+
+
+def run_cli(outdir):
+    p = subprocess.run([sys.executable, os.path.join(HERE, "check.py"), outdir],
+                       capture_output=True, text=True)
+    verdict = None
+    path = os.path.join(outdir, "verdict.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            verdict = json.load(f)
+    return p, verdict
+
+
+def cli_cases(tmp):
+    """The command line: exit status, summary and verdict.json."""
+    results = []
+
+    def add(name, problems):
+        results.append((name, problems))
+
+    d = os.path.join(tmp, "cli_clean")
+    clean().write(d)
+    p, verdict = run_cli(d)
+    lines = p.stdout.splitlines()
+    add("cli_clean_exits_0_with_a_line_per_check",
+        [f"rc {p.returncode}: {p.stderr}"] * (p.returncode != 0)
+        + ["no verdict.json ok"] * (not (verdict and verdict["ok"]))
+        + [f"no summary line for {c}" for c in check.CHECKS
+           if not any(ln.startswith(c) for ln in lines)]
+        + ["no verdict line"] * (not lines or not lines[-1].startswith("verdict: OK")))
+
+    d = os.path.join(tmp, "cli_fail")
+    farm = clean()
+    farm.check.append({"invariant": "usage", "detail": "off by one"})
+    farm.write(d)
+    p, verdict = run_cli(d)
+    add("cli_violation_exits_1",
+        [f"rc {p.returncode}"] * (p.returncode != 1)
+        + ["verdict.json not failing"] * (not verdict or verdict["ok"])
+        + ["no FAIL line"] * ("C7_check        FAIL" not in p.stdout))
+
+    def malformed(name, spoil):
+        d = os.path.join(tmp, name)
+        clean().write(d)
+        spoil(d)
+        # a verdict left from an earlier run must be replaced
+        with open(os.path.join(d, "verdict.json"), "w") as f:
+            json.dump({"ok": True}, f)
+        p, verdict = run_cli(d)
+        add(name, [f"rc {p.returncode}, stderr {p.stderr.strip()!r}"] * (p.returncode != 2)
+            + ["verdict.json does not say error"] * (not verdict or verdict.get("ok")
+                                                     or "error" not in verdict))
+
+    def append(path, text):
+        with open(path, "a") as f:
+            f.write(text)
+
+    def rewrite_jsonl(path, fn):
+        with open(path) as f:
+            events = [json.loads(ln) for ln in f]
+        with open(path, "w") as f:
+            f.writelines(json.dumps(e) + "\n" for e in events if fn(e) is not False)
+
+    malformed("malformed_missing_final_json", lambda d: os.remove(os.path.join(d, "final.json")))
+    malformed("malformed_missing_agents_dir",
+              lambda d: [os.remove(os.path.join(d, "agents", h + ".log")) for h in HOSTS]
+              and os.rmdir(os.path.join(d, "agents")))
+    malformed("malformed_bad_json_line",
+              lambda d: append(os.path.join(d, "history", "renders.jsonl"), '{"ev": "exit", "t"\n'))
+    malformed("malformed_unknown_render_event",
+              lambda d: append(os.path.join(d, "history", "renders.jsonl"),
+                               '{"ev": "strat", "t": 1.0, "proc": 1}\n'))
+    malformed("malformed_start_without_groups",
+              lambda d: rewrite_jsonl(os.path.join(d, "history", "renders.jsonl"),
+                                      lambda e: e.pop("groups", None)))
+    malformed("malformed_no_heal_event",
+              lambda d: rewrite_jsonl(os.path.join(d, "history", "harness.jsonl"),
+                                      lambda e: e["ev"] != "heal"))
+    malformed("malformed_reported_line_without_proc",
+              lambda d: append(os.path.join(d, "agents", "h1.log"),
+                               "2026-11-29T12:00:00.123Z reported frame=1 answer=accepted\n"))
+    p = subprocess.run([sys.executable, os.path.join(HERE, "check.py")],
+                       capture_output=True, text=True)
+    add("cli_usage_exits_2", [f"rc {p.returncode}"] * (p.returncode != 2))
+    return results
+
+
+def main():
+    passed = failed = 0
+    with tempfile.TemporaryDirectory(prefix="frameq-check-") as tmp:
+        results = []
+        for fn in CASES:
+            try:
+                results.append((fn.__name__, run_case(fn, tmp)))
+            except Exception:
+                results.append((fn.__name__, [traceback.format_exc()]))
+        results += cli_cases(tmp)
+    for name, problems in results:
+        if problems:
+            failed += 1
+            print(f"not ok - {name}")
+            for p in problems:
+                print(f"    {p}")
+        else:
+            passed += 1
+            print(f"ok - {name}")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
