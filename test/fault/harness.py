@@ -56,10 +56,14 @@ HOST_KINDS = ["agent_stop", "host_freeze", "agent_kill", "render_kill", "supervi
               "proxy_blackhole", "proxy_reset", "proxy_delay", "drop_reports"]
 DB_KINDS = ["terminate_backends", "worker_kill", "server_crash", "failover"]
 KINDS = HOST_KINDS + DB_KINDS
+# not a fault frameq survives but an operator's lie, injected only on request
+# (--inject false_confirm_dead): it shows that the harness and the checker
+# catch a frame running twice when one really does
+UNSAFE_KINDS = ["false_confirm_dead"]
 WEIGHTS = {"agent_stop": 10, "host_freeze": 4, "agent_kill": 6, "render_kill": 10,
            "supervisor_kill": 6, "proxy_blackhole": 8, "proxy_reset": 8, "proxy_delay": 6,
            "drop_reports": 6, "terminate_backends": 6, "worker_kill": 3, "server_crash": 3,
-           "failover": 2}
+           "failover": 2, "false_confirm_dead": 5}
 
 
 class History:
@@ -344,6 +348,10 @@ class Harness:
         self.fault_id = 0
         self.stop_load = threading.Event()
         self.errors = []
+        self.kinds = args.inject.split(",") if args.inject else KINDS
+        for k in self.kinds:
+            if k not in KINDS + UNSAFE_KINDS:
+                raise SystemExit("unknown fault kind: " + k)
 
     # ---- database helpers -------------------------------------------------
 
@@ -473,21 +481,21 @@ class Harness:
         kind = None
         if candidates:
             for k in candidates:
-                if (k in HOST_KINDS and free_hosts) or (k in DB_KINDS and db_free):
+                if (k not in DB_KINDS and free_hosts) or (k in DB_KINDS and db_free):
                     kind = k
                     break
             if kind is None:
                 return None
             queue.remove(kind)
         else:
-            kind = self.rng.choices(KINDS, [WEIGHTS[k] for k in KINDS])[0]
-            if (kind in HOST_KINDS and not free_hosts) or (kind in DB_KINDS and not db_free):
+            kind = self.rng.choices(self.kinds, [WEIGHTS[k] for k in self.kinds])[0]
+            if (kind not in DB_KINDS and not free_hosts) or (kind in DB_KINDS and not db_free):
                 return None
-        target = self.rng.choice(free_hosts) if kind in HOST_KINDS else None
+        target = self.rng.choice(free_hosts) if kind not in DB_KINDS else None
         return kind, target
 
     def nemesis(self):
-        queue = list(KINDS) if self.args.every_kind else []
+        queue = list(self.kinds) if self.args.every_kind else []
         self.rng.shuffle(queue)
         while not self.stop_load.is_set():
             self.stop_load.wait(self.rng.uniform(0.2, self.args.gap))
@@ -500,11 +508,11 @@ class Harness:
             if pick is None:
                 continue
             kind, target = pick
-            if kind in HOST_KINDS:
+            if kind in DB_KINDS:
+                self.db_busy.acquire()
+            else:
                 with self.busy_lock:
                     self.busy_hosts.add(target)
-            else:
-                self.db_busy.acquire()
             duration = self.duration(kind)
             self.fault_id += 1
             t = threading.Thread(target=self.run_fault, args=(self.fault_id, kind, target, duration,
@@ -535,11 +543,11 @@ class Harness:
             self.errors.append("fault %s on %s: %s" % (kind, target, traceback.format_exc()))
             self.history.log("fault_off", id=fid, error=True)
         finally:
-            if kind in HOST_KINDS:
+            if kind in DB_KINDS:
+                self.db_busy.release()
+            else:
                 with self.busy_lock:
                     self.busy_hosts.discard(target)
-            else:
-                self.db_busy.release()
 
     def on(self, fid, kind, target, **kw):
         say("fault %d: %s %s %s" % (fid, kind, target or "", " ".join("%s=%s" % i for i in kw.items())))
@@ -651,6 +659,22 @@ class Harness:
         a.set_drop(0)
         if a.alive():
             signal_pid(a.p.pid, signal.SIGHUP)
+        self.off(fid)
+
+    def fault_false_confirm_dead(self, fid, h, d, x):
+        """Pause h's agent and tell frameq the host is dead while its renders
+        still run: their frames are booked again elsewhere at once."""
+        a = self.agents[h]
+        if not self.monitor.renders_of(h):
+            time.sleep(1)
+        self.on(fid, "false_confirm_dead", h, renders=len(self.monitor.renders_of(h)))
+        if a.alive():
+            signal_pid(a.p.pid, signal.SIGSTOP)
+        self.sql("SELECT frameq.confirm_host_dead(%s)", (h,), fetch=False)
+        time.sleep(2.5)
+        self.sql("SELECT frameq.set_host_state(%s, 'up')", (h,), fetch=False)
+        if a.alive():
+            signal_pid(a.p.pid, signal.SIGCONT)
         self.off(fid)
 
     def direct(self, server, query):
@@ -854,10 +878,12 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--duration", type=float, default=120)
     ap.add_argument("--hosts", type=int, default=4)
-    ap.add_argument("--port", type=int, default=55400)
+    ap.add_argument("--port", type=int, default=21000,
+                    help="first of the ports used; keep below the ephemeral range (32768)")
     ap.add_argument("--gap", type=float, default=2.5, help="longest pause between faults (s)")
     ap.add_argument("--max-active", type=int, default=2)
     ap.add_argument("--every-kind", action="store_true", help="inject every kind of fault at least once")
+    ap.add_argument("--inject", help="comma-separated fault kinds to draw from (default: all that frameq survives)")
     args = ap.parse_args()
     if os.getuid() != 0:
         sys.exit("harness.py must run as root (servers run as postgres via runuser)")
