@@ -36,15 +36,10 @@
 #
 # Needs libfaketime and python3-psycopg2 (Debian; installed here if missing).
 set -euo pipefail
+# shellcheck source=worker_lib.bash
+source "$(dirname "$0")/worker_lib.bash"
 cd "$(dirname "$0")/../.."
-
-need=()
-dpkg -s libfaketime >/dev/null 2>&1 || need+=(libfaketime)
-dpkg -s python3-psycopg2 >/dev/null 2>&1 || need+=(python3-psycopg2)
-if [[ ${#need[@]} -gt 0 ]]; then
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
-PY=/usr/bin/python3
+need_debs libfaketime python3-psycopg2
 FT_LIB=$(dpkg -L libfaketime | grep -m1 '/libfaketime\.so\.1$')
 if [[ ! -r "$FT_LIB" ]]; then
 	echo "not ok: libfaketime.so.1 not found (dpkg -L libfaketime)"
@@ -55,11 +50,7 @@ fi
 export FT_BASE=86400 FT_JUMP=3600
 
 # a cluster of our own, not test/run's
-unset FRAMEQ_CLUSTER_DIR FRAMEQ_PGDATA FRAMEQ_LOG
-export FRAMEQ_PORT=54367
-export FRAMEQ_EXTRA_CONF=$'frameq.quarantine = off\nframeq.lease_ttl = 4s\nframeq.lease_margin = 1s\nframeq.clock_drift = 0.05\nlog_min_messages = log'
-# shellcheck source=../cluster.sh
-source test/cluster.sh
+own_cluster 54367 $'frameq.quarantine = off\nframeq.lease_ttl = 4s\nframeq.lease_margin = 1s\nframeq.clock_drift = 0.05\nlog_min_messages = log'
 
 # test/cluster.sh runs every pg_ctl as `runuser -u postgres -- pg_ctl ...`.
 # runuser keeps the caller's environment (it only sets HOME, USER, ...), but
@@ -108,15 +99,10 @@ export FT_RC="$FRAMEQ_CLUSTER_DIR/faketime.rc"
 
 status=0
 $PY - <<'PY' || status=$?
-import json, os, re, sys, time
+import os, re, time
 import psycopg2
-
-failures = []
-def fail(msg):
-    failures.append(msg)
-    print("not ok:", msg, flush=True)
-def ok(msg):
-    print("ok:", msg, flush=True)
+from fqtest import (bail, check_clean, connect, create_farm, fail, failures, finish, heartbeat, host_with_frame, ok,
+                    queries, secs, submit, wait_for_worker)
 
 BASE = int(os.environ["FT_BASE"])
 JUMP = int(os.environ["FT_JUMP"])
@@ -134,14 +120,8 @@ def set_offset(secs):
     os.chmod(tmp, 0o644)
     os.replace(tmp, RC)
 
-db = psycopg2.connect("")
-db.autocommit = True
-def q(sql, *args):
-    with db.cursor() as cur:
-        cur.execute(sql, args)
-        return cur.fetchall() if cur.description else None
-def q1(sql, *args):
-    return q(sql, *args)[0][0]
+db = connect()
+q, q1 = queries(db)
 
 def jump_lines():
     with open(LOG, errors="replace") as f:
@@ -156,18 +136,10 @@ after = time.time()
 offset = srv - (before + after) / 2
 print("server clock runs %.3f s ahead of real time (wanted %d)" % (offset, BASE), flush=True)
 if abs(offset - BASE) > 2:
-    print("not ok: libfaketime does not reach the server: its clock is %.3f s off, wanted %d" % (offset, BASE))
-    sys.exit(1)
+    bail("libfaketime does not reach the server: its clock is %.3f s off, wanted %d" % (offset, BASE))
 ok("libfaketime reaches the server: clock_timestamp() is %d s ahead" % BASE)
 
-# a fresh cluster's worker starts 5 s late (its database did not exist yet)
-deadline = time.monotonic() + 20
-while not q1("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE backend_type = 'frameq worker') "
-             "AND (SELECT started FROM frameq.worker_status())"):
-    if time.monotonic() > deadline:
-        print("not ok: no frameq worker in pg_stat_activity after 20 s")
-        sys.exit(1)
-    time.sleep(0.1)
+wait_for_worker(q)
 
 # The frameq worker must run on the faked clock too, and that is not a given:
 # libfaketime reads the real clock inside its select()/epoll_wait() wrappers
@@ -186,8 +158,7 @@ for attempt in range(6):
     if w and -5 < w[0][1] < 600:
         break
     if attempt == 5:
-        print("not ok: no frameq worker on the faked clock after 5 restarts: %s" % w)
-        sys.exit(1)
+        bail("no frameq worker on the faked clock after 5 restarts: %s" % w)
     if w:
         print("note: frameq worker %d runs on the real clock (started %.0f s \"ago\"); ending it"
               % (w[0][0], w[0][1]), flush=True)
@@ -200,29 +171,11 @@ for attempt in range(6):
         time.sleep(0.1)
 ok("the frameq worker runs on the faked clock (started %.1f s ago)" % w[0][1])
 
-if abs(float(q1("SELECT extract(epoch FROM frameq.lease_period())::float8")) - PERIOD) > 1e-6:
+if abs(secs(q, "frameq.lease_period()") - PERIOD) > 1e-6:
     fail("lease_period() is not %.1f s" % PERIOD)
 
-q("SELECT frameq.create_allocation('cj')")
-q("SELECT frameq.create_show('cj')")
-q("SELECT frameq.set_subscription('cj', 'cj', 100, 100)")
-q("SELECT frameq.submit(%s)", json.dumps({
-    "show": "cj", "name": "clock_jump",
-    "layers": [{"name": "r", "command": "sleep 1000", "range": "1-10", "cores": 1}]}))
-
-def new_host(name):
-    token = q1("SELECT frameq.register_host(%s, 'cj', 4, 16000000000)", name)
-    epoch = q1("SELECT epoch FROM frameq.attach(%s, %s, 'boot-1')", name, token)
-    hid = q1("SELECT id FROM frameq.host WHERE name = %s", name)
-    b = q("SELECT proc, frame FROM frameq.reserve(%s, %s, %s, 1)", name, token, epoch)
-    if len(b) != 1:
-        print("not ok: setup: reserve for %s booked %d frames" % (name, len(b)))
-        sys.exit(1)
-    return dict(name=name, token=token, epoch=epoch, id=hid, proc=b[0][0], frame=b[0][1])
-
-def heartbeat(h):
-    return q1("SELECT kill FROM frameq.heartbeat(%s, %s, %s, %s::bigint[])",
-              h["name"], h["token"], h["epoch"], [h["proc"]])
+create_farm(q, "cj")
+submit(q, "cj", "clock_jump", "1-10")
 
 def beat_a_while(h, n=4, every=0.4):
     """heartbeat n times; return the server time of the last renewal"""
@@ -230,7 +183,7 @@ def beat_a_while(h, n=4, every=0.4):
         if i:
             time.sleep(every)
         try:
-            if heartbeat(h):
+            if heartbeat(q, h):
                 fail("%s: heartbeat returned kill orders" % h["name"])
         except psycopg2.Error as e:
             fail("%s: heartbeat refused: %s %s" % (h["name"], e.pgcode, e.pgerror.strip()))
@@ -267,7 +220,7 @@ def check_released(label, h, since, since_what):
 
 # ------------------------------------------------------------ 1. control: no jump
 t0 = time.monotonic()
-C = new_host("ctl")
+C = host_with_frame(q, "ctl", "cj", 4)
 renewal = beat_a_while(C)
 last_hold = released = None
 while True:
@@ -295,7 +248,7 @@ print("control took %.1f s" % (time.monotonic() - t0), flush=True)
 
 # ------------------------------------------------------------ 2. a forward jump of one hour
 t0 = time.monotonic()
-J = new_host("jmp")
+J = host_with_frame(q, "jmp", "cj", 4)
 renewal = beat_a_while(J)
 # it falls silent, and the wall clock jumps at once
 clk0 = q1("SELECT clock_timestamp()")
@@ -304,8 +257,7 @@ t_jump = time.monotonic()
 clk1 = q1("SELECT clock_timestamp()")
 moved = float(q1("SELECT extract(epoch FROM %s::timestamptz - %s::timestamptz)::float8", clk1, clk0))
 if not JUMP <= moved < JUMP + 1:
-    print("not ok: rewriting the offset file moved the server clock by %.3f s, wanted %d" % (moved, JUMP))
-    sys.exit(1)
+    bail("rewriting the offset file moved the server clock by %.3f s, wanted %d" % (moved, JUMP))
 ok("the server's wall clock jumped by %.3f s" % moved)
 # on the new clock the last renewal is long past a lease period: only the jump detection keeps the host
 if not q1("SELECT last_renewal_at + frameq.lease_period() < clock_timestamp() FROM frameq.host WHERE id = %s",
@@ -392,11 +344,9 @@ else:
     ok("the worker logged \"the wall clock jumped by %.1f s\"" % lines[0])
 print("jump took %.1f s" % (time.monotonic() - t0), flush=True)
 
-problems = q("SELECT invariant, detail FROM frameq.check()")
-if problems:
-    fail("check(): %s" % problems)
+check_clean(q)
 print("total %.1f s" % (time.monotonic() - t_begin), flush=True)
-sys.exit(1 if failures else 0)
+finish()
 PY
 
 # test/run watches its own cluster's log for crashes, not ours

@@ -19,11 +19,9 @@
 # exit.  Needs python3-psycopg2 (Debian) for the listener.
 set -euo pipefail
 
-if ! dpkg -s python3-psycopg2 >/dev/null 2>&1; then
-	apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-psycopg2 >/dev/null
-fi
-# Debian's interpreter, where python3-psycopg2 lives (not a pyenv shim)
-PY=/usr/bin/python3
+# shellcheck source=worker_lib.bash
+source "$(dirname "$0")/worker_lib.bash"
+need_debs python3-psycopg2
 
 psql_q() { psql -X -q -v ON_ERROR_STOP=1 -At "$@"; }
 
@@ -50,112 +48,33 @@ set_and_reload() {
 set_and_reload frameq.kill_resend_interval 10s
 
 $PY - <<'PY'
-import json, os, random, select, sys, time
-import psycopg2
-
-failures = []
-def fail(msg):
-    failures.append(msg)
-    print("not ok:", msg, flush=True)
-def ok(msg):
-    print("ok:", msg, flush=True)
-
-def connect():
-    c = psycopg2.connect("")
-    c.autocommit = True
-    return c
+import json, os, random, time
+from fqtest import (Listener, attach, bail, check_clean, connect, create_farm, fail, finish, ok, queries,
+                    register, reserve, secs, set_and_reload, submit, wait_for_worker)
 
 db = connect()
-def q(sql, *args):
-    with db.cursor() as cur:
-        cur.execute(sql, args)
-        return cur.fetchall() if cur.description else None
-def q1(sql, *args):
-    return q(sql, *args)[0][0]
+q, q1 = queries(db)
 
-def set_and_reload(name, value):
-    """as set_and_reload in the shell part: a new session must see it"""
-    q("ALTER SYSTEM SET %s = '%s'" % (name, value))
-    q("SELECT pg_reload_conf()")
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        c = connect()
-        try:
-            with c.cursor() as cur:
-                cur.execute("SELECT current_setting(%s) = %s", (name, value))
-                if cur.fetchone()[0]:
-                    return
-        finally:
-            c.close()
-        time.sleep(0.05)
-    fail("%s = %s was not picked up after a reload" % (name, value))
-
-class Listener:
-    """One session LISTENing on some channels; remembers (time, channel, payload)."""
-    def __init__(self, *channels):
-        self.conn = connect()
-        with self.conn.cursor() as cur:
-            for ch in channels:
-                cur.execute('LISTEN "%s"' % ch)
-        self.got = []
-    def pump(self, timeout):
-        if select.select([self.conn], [], [], max(timeout, 0)) != ([], [], []):
-            self.conn.poll()
-            now = time.monotonic()
-            while self.conn.notifies:
-                n = self.conn.notifies.pop(0)
-                self.got.append((now, n.channel, n.payload))
-    def pump_until(self, deadline):
-        while time.monotonic() < deadline:
-            self.pump(deadline - time.monotonic())
-    def wait(self, pred, timeout):
-        """first new notification (t, channel, payload) with pred(channel, payload)"""
-        deadline = time.monotonic() + timeout
-        seen = len(self.got)
-        while True:
-            for item in self.got[seen:]:
-                if pred(item[1], item[2]):
-                    return item
-            seen = len(self.got)
-            if time.monotonic() >= deadline:
-                return None
-            self.pump(min(0.05, deadline - time.monotonic()))
-
-# On a fresh cluster the worker's first try fails (its database is created
-# after the server starts) and the postmaster retries after 5 s: wait for it.
-deadline = time.monotonic() + 20
-while not q1("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE backend_type = 'frameq worker') "
-             "AND (SELECT started FROM frameq.worker_status())"):
-    if time.monotonic() > deadline:
-        print("not ok: no frameq worker in pg_stat_activity after 20 s")
-        sys.exit(1)
-    time.sleep(0.1)
+wait_for_worker(q)
 
 sfx = "%d_%d" % (os.getpid(), random.randrange(1 << 30))
 alloc = "wk1_" + sfx
-q("SELECT frameq.create_allocation(%s)", alloc)
-q("SELECT frameq.create_show(%s)", alloc)
-q("SELECT frameq.set_subscription(%s, %s, 100, 100)", alloc, alloc)
+create_farm(q, alloc)
 hosts = {}
 for name in ("wk1_a_" + sfx, "wk1_b_" + sfx):
-    token = q1("SELECT frameq.register_host(%s, %s, 8, 16000000000)", name, alloc)
-    epoch = q1("SELECT epoch FROM frameq.attach(%s, %s, 'boot-1')", name, token)
-    hid = q1("SELECT id FROM frameq.host WHERE name = %s", name)
-    hosts[name] = (token, epoch, hid)
+    hosts[name] = register(q, name, alloc, 8)
+    attach(q, hosts[name])
 host = "wk1_a_" + sfx
 other = "wk1_b_" + sfx
-token, epoch, hid = hosts[host]
-job = q1("SELECT frameq.submit(%s)", json.dumps({
-    "show": alloc, "name": "kills",
-    "layers": [{"name": "r", "command": "sleep 1000", "range": "1-8", "cores": 1}]}))
-booked = q("SELECT proc, frame FROM frameq.reserve(%s, %s, %s, 8) ORDER BY frame", host, token, epoch)
+token, epoch, hid = hosts[host]["token"], hosts[host]["epoch"], hosts[host]["id"]
+job = submit(q, alloc, "kills", "1-8")
+booked = reserve(q, hosts[host], 8)
 if len(booked) != 8:
-    print("not ok: setup booked %d frames, wanted 8" % len(booked))
-    sys.exit(1)
+    bail("setup booked %d frames, wanted 8" % len(booked))
 procs = [p for p, f in booked]
 frames = [f for p, f in booked]
 chan = "frameq_host_%d" % hid
-other_chan = "frameq_host_%d" % hosts[other][2]
+other_chan = "frameq_host_%d" % hosts[other]["id"]
 
 lis = Listener(chan, other_chan, "frameq_release")
 
@@ -173,8 +92,7 @@ def heartbeat(force=False):
               host, token, epoch, sorted(agent_runs))
 
 # ---------------------------------------------------------------- phase 1
-resend = q1("SELECT extract(epoch FROM current_setting('frameq.kill_resend_interval')::interval)")
-resend = float(resend)
+resend = secs(q, "current_setting('frameq.kill_resend_interval')::interval")
 if resend != 10.0:
     fail("kill_resend_interval is %s s, wanted 10" % resend)
 
@@ -240,8 +158,8 @@ if len(rows) != 5 or bad:
     fail("after confirmation frames/runs are %s, wanted dead/killed" % rows)
 
 # ---------------------------------------------------------------- phase 2
-set_and_reload("frameq.kill_resend_interval", "500ms")
-resend = float(q1("SELECT extract(epoch FROM current_setting('frameq.kill_resend_interval')::interval)"))
+set_and_reload(q, "frameq.kill_resend_interval", "500ms")
+resend = secs(q, "current_setting('frameq.kill_resend_interval')::interval")
 if resend != 0.5:
     fail("kill_resend_interval is %s s after reload, wanted 0.5" % resend)
 
@@ -294,11 +212,9 @@ still = q1("SELECT count(*) FROM frameq.proc WHERE id = ANY(%s) AND state = 'run
 if still != 2:
     fail("the two procs never killed are not both still running (%d are)" % still)
 
-problems = q("SELECT invariant, detail FROM frameq.check()")
-if problems:
-    fail("check(): %s" % problems)
+check_clean(q)
 
 # leave nothing running for the next test
 q("SELECT frameq.confirm_host_dead(%s)", host)
-sys.exit(1 if failures else 0)
+finish()
 PY

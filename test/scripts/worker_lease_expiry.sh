@@ -18,10 +18,9 @@
 # exit.  Needs python3-psycopg2 (Debian).
 set -euo pipefail
 
-if ! dpkg -s python3-psycopg2 >/dev/null 2>&1; then
-	apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-psycopg2 >/dev/null
-fi
-PY=/usr/bin/python3
+# shellcheck source=worker_lib.bash
+source "$(dirname "$0")/worker_lib.bash"
+need_debs python3-psycopg2
 
 restore() {
 	psql -X -q -At -c "ALTER SYSTEM RESET frameq.lease_ttl" -c "ALTER SYSTEM RESET frameq.lease_margin" \
@@ -30,99 +29,36 @@ restore() {
 trap restore EXIT
 
 $PY - <<'PY'
-import json, os, random, select, sys, time
+import json, os, random, time
 import psycopg2
-
-failures = []
-def fail(msg):
-    failures.append(msg)
-    print("not ok:", msg, flush=True)
-def ok(msg):
-    print("ok:", msg, flush=True)
-
-def connect():
-    c = psycopg2.connect("")
-    c.autocommit = True
-    return c
+from fqtest import (Listener, bail, check_clean, connect, create_farm, fail, finish, heartbeat, host_with_frame,
+                    ok, queries, secs, set_and_reload, submit, wait_for_worker)
 
 db = connect()
-def q(sql, *args):
-    with db.cursor() as cur:
-        cur.execute(sql, args)
-        return cur.fetchall() if cur.description else None
-def q1(sql, *args):
-    return q(sql, *args)[0][0]
+q, q1 = queries(db)
 
-def set_and_reload(name, value):
-    # The postmaster signals its children before it forks a new backend, so
-    # once a new session sees the value, the worker has its SIGHUP too (it
-    # re-reads the file at the top of its next round, at once: the signal
-    # sets its latch).
-    q("ALTER SYSTEM SET %s = '%s'" % (name, value))
-    q("SELECT pg_reload_conf()")
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        c = connect()
-        try:
-            with c.cursor() as cur:
-                cur.execute("SELECT current_setting(%s) = %s", (name, value))
-                if cur.fetchone()[0]:
-                    return
-        finally:
-            c.close()
-        time.sleep(0.05)
-    print("not ok: %s = %s was not picked up after a reload" % (name, value))
-    sys.exit(1)
+wait_for_worker(q)
 
-# a fresh cluster's worker starts 5 s late (its database did not exist yet)
-deadline = time.monotonic() + 20
-while not q1("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE backend_type = 'frameq worker') "
-             "AND (SELECT started FROM frameq.worker_status())"):
-    if time.monotonic() > deadline:
-        print("not ok: no frameq worker in pg_stat_activity after 20 s")
-        sys.exit(1)
-    time.sleep(0.1)
-
-set_and_reload("frameq.lease_ttl", "2s")
-set_and_reload("frameq.lease_margin", "1s")
-set_and_reload("frameq.clock_drift", "0.05")
+set_and_reload(q, "frameq.lease_ttl", "2s", bail)
+set_and_reload(q, "frameq.lease_margin", "1s", bail)
+set_and_reload(q, "frameq.clock_drift", "0.05", bail)
 TTL = 2.0
 PERIOD = 2.0 * 1.05 + 1.0
-got = float(q1("SELECT extract(epoch FROM frameq.lease_period())"))
+got = secs(q, "frameq.lease_period()")
 if abs(got - PERIOD) > 1e-6:
     fail("lease_period() is %s s, wanted %s" % (got, PERIOD))
 
 sfx = "%d_%d" % (os.getpid(), random.randrange(1 << 30))
 alloc = "wk2_" + sfx
-q("SELECT frameq.create_allocation(%s)", alloc)
-q("SELECT frameq.create_show(%s)", alloc)
-q("SELECT frameq.set_subscription(%s, %s, 100, 100)", alloc, alloc)
-job = q1("SELECT frameq.submit(%s)", json.dumps({
-    "show": alloc, "name": "lease",
-    "layers": [{"name": "r", "command": "sleep 1000", "range": "1-4", "cores": 1}]}))
-H = {}
-for role in ("silent", "beating"):
-    name = "wk2_%s_%s" % (role, sfx)
-    token = q1("SELECT frameq.register_host(%s, %s, 4, 16000000000)", name, alloc)
-    epoch = q1("SELECT epoch FROM frameq.attach(%s, %s, 'boot-1')", name, token)
-    hid = q1("SELECT id FROM frameq.host WHERE name = %s", name)
-    b = q("SELECT proc, frame FROM frameq.reserve(%s, %s, %s, 1)", name, token, epoch)
-    if len(b) != 1:
-        print("not ok: setup: reserve for %s booked %d frames" % (name, len(b)))
-        sys.exit(1)
-    H[role] = dict(name=name, token=token, epoch=epoch, id=hid, proc=b[0][0], frame=b[0][1])
-S, B = H["silent"], H["beating"]
+create_farm(q, alloc)
+job = submit(q, alloc, "lease", "1-4")
+S = host_with_frame(q, "wk2_silent_" + sfx, alloc, 4)
+B = host_with_frame(q, "wk2_beating_" + sfx, alloc, 4)
 
-lis = connect()
-with lis.cursor() as cur:
-    cur.execute("LISTEN frameq_release")
-
-def heartbeat(h):
-    return q1("SELECT kill FROM frameq.heartbeat(%s, %s, %s, %s::bigint[])",
-              h["name"], h["token"], h["epoch"], [h["proc"]])
+lis = Listener("frameq_release")
 
 # the silent host's last successful renewal
-if heartbeat(S):
+if heartbeat(q, S):
     fail("the silent host's heartbeat returned kill orders")
 renewal = q1("SELECT last_renewal_at FROM frameq.host WHERE id = %s", S["id"])
 beats_ok = 0
@@ -137,7 +73,7 @@ while True:
     if now >= next_beat:
         next_beat = now + 0.5
         try:
-            k = heartbeat(B)
+            k = heartbeat(q, B)
             if k:
                 beat_errors.append("kill list %s" % k)
             beats_ok += 1
@@ -161,7 +97,7 @@ while True:
     # one late heartbeat, after lease_ttl: refused, and no renewal
     if late_refused is None and holds and elapsed > TTL + 0.2:
         try:
-            heartbeat(S)
+            heartbeat(q, S)
             late_refused = "accepted"
         except psycopg2.Error as e:
             late_refused = e.pgcode
@@ -204,20 +140,17 @@ else:
 
 # the old epoch is fenced
 try:
-    heartbeat(S)
+    heartbeat(q, S)
     fail("a heartbeat on the expired epoch was accepted")
 except psycopg2.Error as e:
     if e.pgcode != "FQ001":
         fail("heartbeat on the expired epoch: %s, wanted FQ001" % e.pgcode)
 
 # exactly one release announced for it
-notes = []
 deadline = time.monotonic() + 0.5
 while time.monotonic() < deadline:
-    if select.select([lis], [], [], 0.1) != ([], [], []):
-        lis.poll()
-        while lis.notifies:
-            notes.append(json.loads(lis.notifies.pop(0).payload))
+    lis.pump(0.1)
+notes = [json.loads(pl) for t, ch, pl in lis.got]
 mine = [(n["proc"], n["state"], n["reason"]) for n in notes if n["proc"] in (S["proc"], B["proc"])]
 if mine != [(S["proc"], "waiting", "host_lost")]:
     fail("frameq_release for the two procs: %s, wanted one (waiting, host_lost) for the silent host's" % mine)
@@ -234,9 +167,7 @@ if b != ("up", B["epoch"], True, True) or beats_ok < 2.5 * PERIOD / 0.5 - 1:
 else:
     ok("beating host kept its lease through %d heartbeats over %.1f s" % (beats_ok, time.monotonic() - t_start))
 
-problems = q("SELECT invariant, detail FROM frameq.check()")
-if problems:
-    fail("check(): %s" % problems)
+check_clean(q)
 q("SELECT frameq.confirm_host_dead(%s)", B["name"])
-sys.exit(1 if failures else 0)
+finish()
 PY

@@ -20,32 +20,21 @@
 #
 # Needs python3-psycopg2 (Debian).
 set -euo pipefail
+# shellcheck source=worker_lib.bash
+source "$(dirname "$0")/worker_lib.bash"
 cd "$(dirname "$0")/../.."
-
-if ! dpkg -s python3-psycopg2 >/dev/null 2>&1; then
-	apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-psycopg2 >/dev/null
-fi
-PY=/usr/bin/python3
+need_debs python3-psycopg2
 
 # a cluster of our own, not test/run's
-unset FRAMEQ_CLUSTER_DIR FRAMEQ_PGDATA FRAMEQ_LOG
-export FRAMEQ_PORT=54363
-export FRAMEQ_EXTRA_CONF=$'frameq.quarantine = on\nframeq.lease_ttl = 2s\nframeq.lease_margin = 1s\nframeq.clock_drift = 0.05\nlog_min_messages = log'
-# shellcheck source=../cluster.sh
-source test/cluster.sh
+own_cluster 54363 $'frameq.quarantine = on\nframeq.lease_ttl = 2s\nframeq.lease_margin = 1s\nframeq.clock_drift = 0.05\nlog_min_messages = log'
 cluster_start >/dev/null
 
 status=0
 $PY - <<'PY' || status=$?
-import json, os, random, subprocess, sys, time
+import time
 import psycopg2
-
-failures = []
-def fail(msg):
-    failures.append(msg)
-    print("not ok:", msg, flush=True)
-def ok(msg):
-    print("ok:", msg, flush=True)
+from fqtest import (attach, bail, check_clean, cluster_lib, create_farm, fail, finish, heartbeat, ok, register,
+                    reserve, secs, submit)
 
 TTL = 2.0
 PERIOD = 2.0 * 1.05 + 1.0
@@ -55,10 +44,7 @@ def lib(cmd):
     if db.c is not None:
         db.c.close()
         db.c = None
-    r = subprocess.run(["bash", "-c", 'source "$FRAMEQ_CLUSTER_LIB" && ' + cmd])
-    if r.returncode != 0:
-        print("not ok: %s failed" % cmd)
-        sys.exit(1)
+    cluster_lib(cmd)
 
 class DB:
     def __init__(self):
@@ -81,36 +67,13 @@ class DB:
 db = DB()
 q, q1 = db.q, db.q1
 
-def secs(interval_sql, *args):
-    return float(q1("SELECT extract(epoch FROM %s)::float8" % interval_sql, *args))
+if abs(secs(q, "frameq.lease_period()") - PERIOD) > 1e-6:
+    fail("lease_period() is %s s, wanted %s" % (secs(q, "frameq.lease_period()"), PERIOD))
 
-if abs(secs("frameq.lease_period()") - PERIOD) > 1e-6:
-    fail("lease_period() is %s s, wanted %s" % (secs("frameq.lease_period()"), PERIOD))
-
-q("SELECT frameq.create_allocation('q')")
-q("SELECT frameq.create_show('q')")
-q("SELECT frameq.set_subscription('q', 'q', 100, 100)")
-q("SELECT frameq.submit(%s)", json.dumps({
-    "show": "q", "name": "quarantine",
-    "layers": [{"name": "r", "command": "sleep 1000", "range": "1-50", "cores": 1}]}))
-H = {}
-for role in ("silent", "beating"):
-    token = q1("SELECT frameq.register_host(%s, 'q', 16, 16000000000)", role)
-    hid = q1("SELECT id FROM frameq.host WHERE name = %s", role)
-    H[role] = dict(name=role, token=token, id=hid, procs=[])
-S, B = H["silent"], H["beating"]
-
-def attach(h):
-    h["epoch"] = q1("SELECT epoch FROM frameq.attach(%s, %s, 'boot-1')", h["name"], h["token"])
-    h["procs"] = []
-def heartbeat(h):
-    return q1("SELECT kill FROM frameq.heartbeat(%s, %s, %s, %s::bigint[])",
-              h["name"], h["token"], h["epoch"], h["procs"])
-def reserve(h, n=1):
-    got = [r[0] for r in q("SELECT proc FROM frameq.reserve(%s, %s, %s, %s)",
-                           h["name"], h["token"], h["epoch"], n)]
-    h["procs"] += got
-    return got
+create_farm(q, "q")
+submit(q, "q", "quarantine", "1-50")
+S = register(q, "silent", "q", 16)
+B = register(q, "beating", "q", 16)
 
 def worker_status():
     return q("SELECT started, quarantine_start, quarantine_until, leases_since,"
@@ -119,9 +82,9 @@ def worker_status():
              "  FROM frameq.worker_status()")[0]
 
 # ------------------------------------------------- 1. right after the start
-attach(S)
-attach(B)
-early = reserve(B)
+attach(q, S)
+attach(q, B)
+early = reserve(q, B)
 if early:
     fail("reserve booked %d frames right after the server started" % len(early))
 deadline = time.monotonic() + 20        # the first worker try fails: its database did not exist yet
@@ -130,21 +93,20 @@ while True:
     if st[0] and not st[5]:
         break
     if time.monotonic() > deadline:
-        print("not ok: the first quarantine did not end within 20 s: %s" % (st,))
-        sys.exit(1)
-    heartbeat(S)
-    heartbeat(B)
-    got = reserve(B)
+        bail("the first quarantine did not end within 20 s: %s" % (st,))
+    heartbeat(q, S)
+    heartbeat(q, B)
+    got = reserve(q, B)
     # read the clock after reserve: booked and still in quarantine is wrong
     if got and q1("SELECT NOT started OR clock_timestamp() < quarantine_until FROM frameq.worker_status()"):
         fail("reserve booked during the first quarantine")
     time.sleep(0.2)
-if not reserve(S) or len(B["procs"]) + len(reserve(B)) < 1:
+if not reserve(q, S) or len(B["procs"]) + len(reserve(q, B)) < 1:
     fail("no bookings after the first quarantine")
 else:
     ok("nothing booked during the first quarantine; bookings work after it")
-heartbeat(S)
-heartbeat(B)
+heartbeat(q, S)
+heartbeat(q, B)
 
 def watch_quarantine(phase, before_restart_ts, silent_epoch, silent_procs):
     """poll from the restart until the silent host is expired; check everything on the way"""
@@ -186,7 +148,7 @@ def watch_quarantine(phase, before_restart_ts, silent_epoch, silent_procs):
         if rearmed and time.monotonic() >= next_beat:
             next_beat = time.monotonic() + 0.5
             try:
-                if heartbeat(B):
+                if heartbeat(q, B):
                     fail("%s: heartbeat of the beating host returned kill orders" % phase)
                 beats += 1
             except psycopg2.Error as e:
@@ -207,7 +169,7 @@ def watch_quarantine(phase, before_restart_ts, silent_epoch, silent_procs):
                 return
             if rearmed:
                 room = q1("SELECT idle_cc >= 100 FROM frameq.host WHERE id = %s", B["id"])
-                got = reserve(B)
+                got = reserve(q, B)
                 if not got and room:
                     empty_reserves += 1     # it had room, and got nothing
                 elif q1("SELECT clock_timestamp() < %s::timestamptz", quntil):
@@ -244,19 +206,17 @@ def watch_quarantine(phase, before_restart_ts, silent_epoch, silent_procs):
     h = q("SELECT state, down_reason, epoch FROM frameq.host WHERE id = %s", S["id"])[0]
     if h != ("down", "lease_lost", silent_epoch + 1):
         fail("%s: silent host is %s, wanted down / lease_lost / epoch %d" % (phase, h, silent_epoch + 1))
-    heartbeat(B)
-    got = reserve(B, 2)
+    heartbeat(q, B)
+    got = reserve(q, B, 2)
     if not got:
         fail("%s: no booking for the beating host after the quarantine" % phase)
     else:
         ok("%s: the beating host booked %d frames after the quarantine" % (phase, len(got)))
-    problems = q("SELECT invariant, detail FROM frameq.check()")
-    if problems:
-        fail("%s: check(): %s" % (phase, problems))
+    check_clean(q, "%s: check()" % phase)
 
 # ------------------------------------------------- 2. plain restart, long downtime
-heartbeat(S)
-heartbeat(B)
+heartbeat(q, S)
+heartbeat(q, B)
 renewed = q1("SELECT max(last_renewal_at) FROM frameq.host")
 silent_epoch, silent_procs = S["epoch"], list(S["procs"])
 before = q1("SELECT clock_timestamp()")
@@ -272,11 +232,11 @@ if old <= PERIOD:
 watch_quarantine("restart", before, silent_epoch, silent_procs)
 
 # ------------------------------------------------- 3. crash restart
-attach(S)                 # back up (it was down only for its lost lease)
-if not reserve(S):
+attach(q, S)                 # back up (it was down only for its lost lease)
+if not reserve(q, S):
     fail("the silent host got nothing after attaching again")
-heartbeat(S)
-heartbeat(B)
+heartbeat(q, S)
+heartbeat(q, B)
 silent_epoch, silent_procs = S["epoch"], list(S["procs"])
 before = q1("SELECT clock_timestamp()")
 lib('cluster_crash_restart')
@@ -288,7 +248,7 @@ if n != 1 or (st[0] and not st[5]):
     fail("could not age the silent host's renewal inside the quarantine (%s, %s)" % (n, st))
 watch_quarantine("crash restart", before, silent_epoch, silent_procs)
 
-sys.exit(1 if failures else 0)
+finish()
 PY
 if [[ $status -ne 0 ]]; then
 	echo "--- frameq lines of the server log ---"

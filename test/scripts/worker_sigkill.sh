@@ -17,93 +17,51 @@
 # ledger_rebuild.sh).  Needs python3-psycopg2 (Debian).
 set -euo pipefail
 
-if ! dpkg -s python3-psycopg2 >/dev/null 2>&1; then
-	apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-psycopg2 >/dev/null
-fi
-PY=/usr/bin/python3
+# shellcheck source=worker_lib.bash
+source "$(dirname "$0")/worker_lib.bash"
+need_debs python3-psycopg2
 
 $PY - <<'PY'
-import json, os, random, select, signal, sys, time
+import json, os, random, signal, time
 import psycopg2
-
-failures = []
-def fail(msg):
-    failures.append(msg)
-    print("not ok:", msg, flush=True)
-def ok(msg):
-    print("ok:", msg, flush=True)
-
-def connect():
-    c = psycopg2.connect("")
-    c.autocommit = True
-    return c
+from fqtest import (Listener, attach, bail, check_clean, connect, create_farm, fail, finish, ok, queries,
+                    register, reserve, secs, submit, wait_for)
 
 db = connect()
-def q(sql, *args):
-    with db.cursor() as cur:
-        cur.execute(sql, args)
-        return cur.fetchall() if cur.description else None
-def q1(sql, *args):
-    return q(sql, *args)[0][0]
+q, q1 = queries(db)
 
 def worker_pid():
     r = q("SELECT pid FROM pg_stat_activity WHERE backend_type = 'frameq worker'")
     return r[0][0] if len(r) == 1 else None
 
-deadline = time.monotonic() + 20     # a fresh cluster's worker starts 5 s late
-while not (worker_pid() and q1("SELECT started FROM frameq.worker_status()")):
-    if time.monotonic() > deadline:
-        print("not ok: no frameq worker in pg_stat_activity after 20 s")
-        sys.exit(1)
-    time.sleep(0.1)
+# a fresh cluster's worker starts 5 s late
+wait_for(lambda: worker_pid() and q1("SELECT started FROM frameq.worker_status()"),
+         20, 0.1, "no frameq worker in pg_stat_activity after 20 s")
 
-class Listener:
-    def __init__(self, channel):
-        self.conn = connect()
-        with self.conn.cursor() as cur:
-            cur.execute('LISTEN "%s"' % channel)
-        self.got = []
-    def pump(self, timeout):
-        if select.select([self.conn], [], [], max(timeout, 0)) != ([], [], []):
-            self.conn.poll()
-            while self.conn.notifies:
-                n = self.conn.notifies.pop(0)
-                self.got.append((time.monotonic(), json.loads(n.payload)))
-    def wait_proc(self, proc, timeout):
-        deadline = time.monotonic() + timeout
-        while True:
-            for t, p in self.got:
-                if p["proc"] == proc:
-                    return t, p
-            if time.monotonic() >= deadline:
-                return None
-            self.pump(min(0.05, deadline - time.monotonic()))
+def wait_proc(lis, proc, timeout):
+    """the first new notification (t, channel, payload) on lis of a kill order for proc"""
+    return lis.wait(lambda ch, pl: json.loads(pl)["proc"] == proc, timeout)
 
 sfx = "%d_%d" % (os.getpid(), random.randrange(1 << 30))
 alloc = "wk4_" + sfx
 host = "wk4_h_" + sfx
-q("SELECT frameq.create_allocation(%s)", alloc)
-q("SELECT frameq.create_show(%s)", alloc)
-q("SELECT frameq.set_subscription(%s, %s, 100, 100)", alloc, alloc)
+create_farm(q, alloc)
 folder = q1("SELECT frameq.create_folder(%s, 'f', 50, NULL)", alloc)
-job = q1("SELECT frameq.submit(%s)", json.dumps({
-    "show": alloc, "folder": "f", "name": "sigkill", "max_cores": 40,
-    "layers": [{"name": "r", "command": "sleep 1000", "range": "1-10", "cores": 1}]}))
-token = q1("SELECT frameq.register_host(%s, %s, 8, 16000000000)", host, alloc)
-epoch = q1("SELECT epoch FROM frameq.attach(%s, %s, 'boot-1')", host, token)
-hid = q1("SELECT id FROM frameq.host WHERE name = %s", host)
-booked = q("SELECT proc, frame FROM frameq.reserve(%s, %s, %s, 6) ORDER BY frame", host, token, epoch)
+job = submit(q, alloc, "sigkill", "1-10", folder="f", max_cores=40)
+H = register(q, host, alloc, 8)
+attach(q, H)
+token, epoch, hid = H["token"], H["epoch"], H["id"]
+booked = reserve(q, H, 6)
 if len(booked) != 6:
-    print("not ok: setup booked %d frames, wanted 6" % len(booked))
-    sys.exit(1)
+    bail("setup booked %d frames, wanted 6" % len(booked))
 procs = [p for p, f in booked]
 frames = [f for p, f in booked]
 chan = "frameq_host_%d" % hid
-resend = float(q1("SELECT extract(epoch FROM current_setting('frameq.kill_resend_interval')::interval)"))
+resend = secs(q, "current_setting('frameq.kill_resend_interval')::interval")
 
 lis = Listener(chan)
 q("SELECT frameq.kill_frame(%s, 'before the crash')", frames[0])
-if lis.wait_proc(procs[0], 1.0) is None:
+if wait_proc(lis, procs[0], 1.0) is None:
     fail("the kill order before the crash was not announced within 1 s")
 
 SNAPSHOT = {
@@ -147,6 +105,7 @@ deadline = time.monotonic() + 60
 while time.monotonic() < deadline:
     try:
         db = connect()
+        q, q1 = queries(db)
         new_pid = worker_pid()
         if new_pid and new_pid != old_pid:
             break
@@ -156,8 +115,7 @@ while time.monotonic() < deadline:
     time.sleep(0.05)
 back = time.monotonic() - t_kill
 if not new_pid or new_pid == old_pid:
-    print("not ok: no new frameq worker within 60 s of the SIGKILL")
-    sys.exit(1)
+    bail("no new frameq worker within 60 s of the SIGKILL")
 print("worker %d killed; worker %d back after %.2f s" % (old_pid, new_pid, back), flush=True)
 lis = Listener(chan)
 
@@ -180,23 +138,21 @@ for k in SNAPSHOT:
         fail("%s changed across the worker's crash:\n  before %s\n  after  %s" % (k, before[k], after[k]))
 if after == before:
     ok("procs, kill order, frames, runs, host and usage unchanged across the crash")
-problems = q("SELECT invariant, detail FROM frameq.check()")
-if problems:
-    fail("check() after the crash: %s" % problems)
+check_clean(q, "check() after the crash")
 
 # the kill order from before the crash is announced again (it is not confirmed)
-got = lis.wait_proc(procs[0], resend + 2.0)
+got = wait_proc(lis, procs[0], resend + 2.0)
 if got is None:
     fail("the kill order of proc %d was not announced again within %.1f s after the restart" % (procs[0], resend + 2.0))
 else:
     ok("the kill order from before the crash announced again %.2f s after the worker was back"
        % (got[0] - t_kill - back))
-    if got[1] != {"proc": procs[0], "reason": "before the crash"}:
-        fail("payload %s" % got[1])
+    if json.loads(got[2]) != {"proc": procs[0], "reason": "before the crash"}:
+        fail("payload %s" % json.loads(got[2]))
 # a new kill order is announced at once
 t0 = time.monotonic()
 q("SELECT frameq.kill_frame(%s, 'after the crash')", frames[1])
-got = lis.wait_proc(procs[1], 3.0)
+got = wait_proc(lis, procs[1], 3.0)
 if got is None or got[0] - t0 > 1.0:
     fail("the kill order after the crash was not announced within 1 s (%s)"
          % ("never" if got is None else "%.3f s" % (got[0] - t0)))
@@ -214,9 +170,7 @@ if rows != [("dead", "killed")] * 2:
 running = q1("SELECT count(*) FROM frameq.proc WHERE id = ANY(%s) AND state = 'running'", procs[2:])
 if running != 4:
     fail("%d of the 4 untouched procs still run, wanted 4" % running)
-problems = q("SELECT invariant, detail FROM frameq.check()")
-if problems:
-    fail("check() at the end: %s" % problems)
+check_clean(q, "check() at the end")
 q("SELECT frameq.confirm_host_dead(%s)", host)
-sys.exit(1 if failures else 0)
+finish()
 PY

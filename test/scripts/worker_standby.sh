@@ -21,18 +21,12 @@
 #
 # Needs python3-psycopg2 (Debian).
 set -euo pipefail
+# shellcheck source=worker_lib.bash
+source "$(dirname "$0")/worker_lib.bash"
 cd "$(dirname "$0")/../.."
+need_debs python3-psycopg2
 
-if ! dpkg -s python3-psycopg2 >/dev/null 2>&1; then
-	apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-psycopg2 >/dev/null
-fi
-PY=/usr/bin/python3
-
-unset FRAMEQ_CLUSTER_DIR FRAMEQ_PGDATA FRAMEQ_LOG
-export FRAMEQ_PORT=54365
-export FRAMEQ_EXTRA_CONF=$'frameq.quarantine = on\nframeq.lease_ttl = 2s\nframeq.lease_margin = 1s\nframeq.clock_drift = 0.05\nlog_min_messages = log'
-# shellcheck source=../cluster.sh
-source test/cluster.sh
+own_cluster 54365 $'frameq.quarantine = on\nframeq.lease_ttl = 2s\nframeq.lease_margin = 1s\nframeq.clock_drift = 0.05\nlog_min_messages = log'
 cluster_start >/dev/null
 
 export STANDBY_PORT=54366
@@ -56,115 +50,69 @@ trap cleanup EXIT
 
 status=0
 $PY - <<'PY' || status=$?
-import json, os, subprocess, sys, time
+import os, time
 import psycopg2
-
-failures = []
-def fail(msg):
-    failures.append(msg)
-    print("not ok:", msg, flush=True)
-def ok(msg):
-    print("ok:", msg, flush=True)
+import fqtest
+from fqtest import (attach, bail, check_clean, cluster_lib, create_farm, fail, finish, heartbeat, ok, queries,
+                    register, reserve, submit, wait_for)
 
 PERIOD = 2.0 * 1.05 + 1.0
 
-def sh(cmd):
-    r = subprocess.run(["bash", "-c", 'source "$FRAMEQ_CLUSTER_LIB" && ' + cmd])
-    if r.returncode != 0:
-        print("not ok: %s failed" % cmd, flush=True)
-        sys.exit(1)
-
 def connect(standby=False):
+    """a new autocommit session on the primary, or on the standby"""
     if standby:
-        c = psycopg2.connect(host=os.environ["STANDBY_DIR"], port=os.environ["STANDBY_PORT"],
-                             user="postgres", dbname=os.environ["PGDATABASE"])
-    else:
-        c = psycopg2.connect("")
-    c.autocommit = True
-    return c
-def Q(conn):
-    def q(sql, *args):
-        with conn.cursor() as cur:
-            cur.execute(sql, args)
-            return cur.fetchall() if cur.description else None
-    return q, lambda sql, *args: q(sql, *args)[0][0]
+        return fqtest.connect(host=os.environ["STANDBY_DIR"], port=os.environ["STANDBY_PORT"],
+                              user="postgres", dbname=os.environ["PGDATABASE"])
+    return fqtest.connect()
 
 prim = connect()
-q, q1 = Q(prim)
-q("SELECT frameq.create_allocation('sb')")
-q("SELECT frameq.create_show('sb')")
-q("SELECT frameq.set_subscription('sb', 'sb', 100, 100)")
-q("SELECT frameq.submit(%s)", json.dumps({
-    "show": "sb", "name": "failover",
-    "layers": [{"name": "r", "command": "sleep 1000", "range": "1-50", "cores": 1}]}))
-H = {}
-for role in ("silent", "beating"):
-    H[role] = dict(name=role, token=q1("SELECT frameq.register_host(%s, 'sb', 4, 16000000000)", role),
-                   id=q1("SELECT id FROM frameq.host WHERE name = %s", role), procs=[])
-S, B = H["silent"], H["beating"]
-def attach(h):
-    h["epoch"] = q1("SELECT epoch FROM frameq.attach(%s, %s, 'boot-1')", h["name"], h["token"])
-def heartbeat(h):
-    return q1("SELECT kill FROM frameq.heartbeat(%s, %s, %s, %s::bigint[])",
-              h["name"], h["token"], h["epoch"], h["procs"])
-def reserve(h, n=1):
-    got = [r[0] for r in q("SELECT proc FROM frameq.reserve(%s, %s, %s, %s)",
-                           h["name"], h["token"], h["epoch"], n)]
-    h["procs"] += got
-    return got
+q, q1 = queries(prim)
+create_farm(q, "sb")
+submit(q, "sb", "failover", "1-50")
+S = register(q, "silent", "sb", 4)
+B = register(q, "beating", "sb", 4)
 
 # the primary's own first quarantine (its worker's first try fails: no database yet)
-attach(S)
-attach(B)
+attach(q, S)
+attach(q, B)
 deadline = time.monotonic() + 20
 while not q1("SELECT started AND clock_timestamp() > quarantine_until FROM frameq.worker_status()"):
     if time.monotonic() > deadline:
-        print("not ok: the primary's first quarantine did not end within 20 s")
-        sys.exit(1)
-    heartbeat(S)
-    heartbeat(B)
+        bail("the primary's first quarantine did not end within 20 s")
+    heartbeat(q, S)
+    heartbeat(q, B)
     time.sleep(0.2)
-heartbeat(S)
-heartbeat(B)
-if not reserve(S) or not reserve(B):
-    print("not ok: setup: no bookings on the primary")
-    sys.exit(1)
+heartbeat(q, S)
+heartbeat(q, B)
+if not reserve(q, S) or not reserve(q, B):
+    bail("setup: no bookings on the primary")
 
 # ------------------------------------------------------------ the standby
-sh('cd "$STANDBY_DIR" && runuser -u postgres -- "$FRAMEQ_PGBIN/pg_basebackup" -h "$PGHOST" -p "$PGPORT" '
-   '-U postgres -D "$STANDBY_DATA" -R -X stream -c fast --no-sync')
+cluster_lib('cd "$STANDBY_DIR" && runuser -u postgres -- "$FRAMEQ_PGBIN/pg_basebackup" -h "$PGHOST" -p "$PGPORT" '
+            '-U postgres -D "$STANDBY_DATA" -R -X stream -c fast --no-sync')
 with open(os.path.join(os.environ["STANDBY_DATA"], "postgresql.conf"), "a") as f:
     f.write("\n# ---- the standby of worker_standby.sh ----\nport = %s\nunix_socket_directories = '%s'\n"
             % (os.environ["STANDBY_PORT"], os.environ["STANDBY_DIR"]))
-sh('standby_ctl -w start >/dev/null')
+cluster_lib('standby_ctl -w start >/dev/null')
 sb = connect(standby=True)
-sq, sq1 = Q(sb)
+sq, sq1 = queries(sb)
 if sq1("SELECT pg_is_in_recovery()") is not True:
-    print("not ok: the standby is not in recovery")
-    sys.exit(1)
-heartbeat(S)
-heartbeat(B)
+    bail("the standby is not in recovery")
+heartbeat(q, S)
+heartbeat(q, B)
 lsn = q1("SELECT pg_current_wal_lsn()")
-deadline = time.monotonic() + 30
-while not sq1("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", lsn):
-    if time.monotonic() > deadline:
-        print("not ok: the standby did not replay up to %s within 30 s" % lsn)
-        sys.exit(1)
-    time.sleep(0.05)
+wait_for(lambda: sq1("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", lsn),
+         30, 0.05, "the standby did not replay up to %s within 30 s" % lsn)
 if sq1("SELECT count(*) FROM frameq.proc") != 2:
     fail("the standby does not see the two procs")
 
 def beat_and_replay():
     """renew both leases on the primary and wait until the standby has replayed that"""
-    heartbeat(S)
-    heartbeat(B)
+    heartbeat(q, S)
+    heartbeat(q, B)
     lsn = q1("SELECT pg_current_wal_lsn()")
-    deadline = time.monotonic() + 10
-    while not sq1("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", lsn):
-        if time.monotonic() > deadline:
-            print("not ok: the standby did not replay up to %s within 10 s" % lsn)
-            sys.exit(1)
-        time.sleep(0.01)
+    wait_for(lambda: sq1("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", lsn),
+             10, 0.01, "the standby did not replay up to %s within 10 s" % lsn)
 
 # no worker on the standby, and it books nothing (the agents keep renewing
 # on the primary meanwhile)
@@ -205,25 +153,25 @@ except psycopg2.Error as e:
         ok("heartbeat on the standby fails read-only too")
 
 # ------------------------------------------------------------ failover
-heartbeat(S)
-heartbeat(B)
+heartbeat(q, S)
+heartbeat(q, B)
 silent_epoch, silent_procs = S["epoch"], list(S["procs"])
 renewed = q1("SELECT last_renewal_at FROM frameq.host WHERE id = %s", S["id"])
 prim.close()
 sb.close()
-sh('_frameq_pg_ctl -w -m fast stop >/dev/null')
+cluster_lib('_frameq_pg_ctl -w -m fast stop >/dev/null')
 # The scenario, not a race: the old primary stays down until the silent
 # host's last renewal is more than a whole lease period old, so only the
 # quarantine can keep its lease.
 time.sleep(PERIOD + 0.5)
 sb = connect(standby=True)
-sq, sq1 = Q(sb)
+sq, sq1 = queries(sb)
 before_promote = sq1("SELECT clock_timestamp()")
 sb.close()
-sh('standby_ctl -w promote >/dev/null')
+cluster_lib('standby_ctl -w promote >/dev/null')
 t_promoted = time.monotonic()
 db = connect(standby=True)
-q, q1 = Q(db)
+q, q1 = queries(db)
 if q1("SELECT pg_is_in_recovery()"):
     fail("still in recovery after pg_ctl promote -w")
 old = q1("SELECT extract(epoch FROM clock_timestamp() - %s::timestamptz)::float8", renewed)
@@ -232,8 +180,7 @@ print("promoted; the silent host's last renewal is %.2f s old" % old, flush=True
 deadline = time.monotonic() + 15
 while not q("SELECT 1 FROM pg_stat_activity WHERE backend_type = 'frameq worker'"):
     if time.monotonic() > deadline:
-        print("not ok: no frameq worker on the promoted standby within 15 s")
-        sys.exit(1)
+        bail("no frameq worker on the promoted standby within 15 s")
     time.sleep(0.02)
 print("worker up %.3f s after the promotion" % (time.monotonic() - t_promoted), flush=True)
 while True:
@@ -266,7 +213,7 @@ while True:
     if rearmed and time.monotonic() >= next_beat:
         next_beat = time.monotonic() + 0.5
         try:
-            heartbeat(B)
+            heartbeat(q, B)
             beats += 1
         except psycopg2.Error as e:
             fail("heartbeat of the beating host on the new primary refused: %s" % e.pgerror.strip())
@@ -277,7 +224,7 @@ while True:
             break
         if rearmed:
             room = q1("SELECT idle_cc >= 100 FROM frameq.host WHERE id = %s", B["id"])
-            got = reserve(B)
+            got = reserve(q, B)
             if not got and room:
                 empties += 1        # it had room, and got nothing
             elif q1("SELECT clock_timestamp() < %s::timestamptz", quntil):
@@ -307,15 +254,13 @@ if len(rows) != len(silent_procs):
 h = q("SELECT state, down_reason, epoch FROM frameq.host WHERE id = %s", S["id"])[0]
 if h != ("down", "lease_lost", silent_epoch + 1):
     fail("silent host is %s, wanted down / lease_lost / epoch %d" % (h, silent_epoch + 1))
-heartbeat(B)
-if not reserve(B, 2):
+heartbeat(q, B)
+if not reserve(q, B, 2):
     fail("no booking on the new primary after the quarantine")
 else:
     ok("the beating host books on the new primary after the quarantine")
-problems = q("SELECT invariant, detail FROM frameq.check()")
-if problems:
-    fail("check() on the new primary: %s" % problems)
-sys.exit(1 if failures else 0)
+check_clean(q, "check() on the new primary")
+finish()
 PY
 if [[ $status -ne 0 ]]; then
 	echo "--- standby log ---"
