@@ -150,7 +150,14 @@ C3_no_loss
     output_missing / output_proc / output_content / output_duplicate
                        a succeeded frame's output must exist once, belong to
                        the completed run's proc, and have only lines
-                       "proc=<that proc> chunk=<i>" (at least one)
+                       "proc=<that proc> chunk=<i>" (at least one). A missing
+                       output is excused (stats publishes_lost_in_failover)
+                       only if the completed run's render logged a successful
+                       publish, no publish of that proc is in final.json, and
+                       a failover began at most PUBLISH_LOSS_WINDOW (5) s
+                       after that publish and ended after it: asynchronous
+                       replication lost the publish, and the completion,
+                       sent after the promotion, reached the new primary
 C4_caps
     slot_violation     every slot_violation, unless at that time a zombie in
                        the same group (not the complaining render) was alive
@@ -415,6 +422,12 @@ class Freeze:
         self.off = None
 
 
+# how long before a failover began a commit may have been lost by it: the
+# standby streams from loopback, so its lag is milliseconds; the harness logs
+# the failover before stopping the old primary
+PUBLISH_LOSS_WINDOW = 5.0
+
+
 def fmt_t(x):
     return "never" if x == INF or x is None else f"{x:.3f}"
 
@@ -497,6 +510,13 @@ class Checker:
                 # the earliest report is the best bound on the death
                 dead[e["proc"]] = min(e["t"], dead.get(e["proc"], INF))
         self.faults_never_off = sorted(open_faults)
+        # failovers as monotonic [on, off]: the old primary stops after "on"
+        self.failover_windows = []
+        for e in self.harness:
+            if e["ev"] == "fault_on" and e["kind"] == "failover":
+                off = next((x["t"] for x in self.harness if x["ev"] == "fault_off"
+                            and x["id"] == e["id"] and x["t"] >= e["t"]), self.heal["t"])
+                self.failover_windows.append((e["t"], off))
         for fz in (fz for lst in self.freezes_by_host.values() for fz in lst):
             if fz.off is None:
                 fz.off = self.heal["t"]
@@ -655,7 +675,7 @@ class Checker:
     def c3_no_loss(self):
         c = "C3_no_loss"
         frames = {fr["id"]: fr for fr in self.final["frames"]}
-        lost = 0
+        lost = lost_publishes = 0
         for fid, job in sorted(set(self.submitted)):
             fr = frames.get(fid)
             if fr is None and job in self.lost_jobs:
@@ -681,6 +701,9 @@ class Checker:
                 continue
             proc = done[0]["proc"]
             outs = self.outputs_by_frame.get(fid, [])
+            if not outs and self.publish_lost_in_failover(proc):
+                lost_publishes += 1
+                continue
             if not outs:
                 self.violate(c, "output_missing", f"succeeded frame {fid} has no output",
                              frame=fid, proc=proc)
@@ -704,6 +727,22 @@ class Checker:
                                 if foreign else "no chunks"),
                              frame=fid, proc=proc)
         self.stats["frames_lost_with_submit"] = lost
+        self.stats["publishes_lost_in_failover"] = lost_publishes
+
+    def publish_lost_in_failover(self, proc):
+        """Did proc's render publish (its commit returned) shortly before a
+        failover that lost the commit?  Asynchronous replication may lose the
+        old primary's last commits; a completion sent after the promotion
+        then lands on a server that never saw the publish.  The render must
+        have logged a successful publish, no committed publish of proc may be
+        in the final DB, and a failover must have begun no more than
+        PUBLISH_LOSS_WINDOW seconds after that publish and ended after it."""
+        published = [ev["t"] for ev in self.render_events
+                     if ev["ev"] == "publish" and ev["proc"] == proc and ev["result"] == "published"]
+        if not published or any(p["proc"] == proc for p in self.final["publishes"]):
+            return False
+        t = max(published)
+        return any(on - PUBLISH_LOSS_WINDOW <= t <= off for on, off in self.failover_windows)
 
     def c4_caps(self):
         c = "C4_caps"

@@ -384,6 +384,34 @@ def output_missing():
     return f, [C3("output_missing", 5)], {}
 
 
+def lose_last_publish(f, failover_at):
+    """Render 116 (frame 6, publish at 1043.8) publishes; a failover that
+    begins at failover_at loses the commit, its completion lands after."""
+    f.fault(failover_at, failover_at + 2, "failover")
+    f.failovers.append({"wall": wall(failover_at)})
+    del f.outputs[6]
+    f.publishes = [p for p in f.publishes if p["proc"] != 116]
+    return f
+
+
+@case
+def publish_lost_in_failover():
+    return lose_last_publish(clean(), 1045), [], {"publishes_lost_in_failover": 1}
+
+
+@case
+def publish_long_before_failover_is_not_excused():
+    return (lose_last_publish(clean(), 1049.5), [C3("output_missing", 6)],
+            {"publishes_lost_in_failover": 0})
+
+
+@case
+def output_missing_though_its_publish_committed():
+    f = lose_last_publish(clean(), 1045)
+    f.publishes.append({"frame": 6, "proc": 116, "at": wall(1043.9)})
+    return f, [C3("output_missing", 6)], {"publishes_lost_in_failover": 0}
+
+
 @case
 def frame_left_waiting():
     f = clean()
