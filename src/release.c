@@ -817,11 +817,18 @@ frameq_complete(PG_FUNCTION_ARGS)
 	{
 		Oid			types[1] = {INT8OID};
 
+		/*
+		 * Scalar subqueries, not joins: each is one primary-key lookup
+		 * whatever the statistics say.  (A join's generic plan, chosen
+		 * once per session, was at times a merge join that read job_pkey
+		 * from its start up to the proc's job.)
+		 */
 		proc_plan = frameq_prepare("SELECT p.host, p.epoch, p.state = 'killing', p.want_state,"
-								   "       f.retries, j.max_retries, j.auto_eat"
-								   "  FROM frameq.proc p"
-								   "  JOIN frameq.frame f ON f.id = p.frame"
-								   "  JOIN frameq.job j ON j.id = p.job"
+								   "       (SELECT f.retries FROM frameq.frame f WHERE f.id = p.frame),"
+								   "       j.max_retries, j.auto_eat"
+								   "  FROM frameq.proc p,"
+								   "       LATERAL (SELECT x.max_retries, x.auto_eat FROM frameq.job x"
+								   "                 WHERE x.id = p.job OFFSET 0) j"
 								   " WHERE p.id = $1"
 								   "   FOR NO KEY UPDATE OF p",
 								   1, types);
