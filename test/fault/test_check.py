@@ -401,7 +401,7 @@ def publish_lost_in_failover():
 
 @case
 def publish_long_before_failover_is_not_excused():
-    return (lose_last_publish(clean(), 1049.5), [C3("output_missing", 6)],
+    return (lose_last_publish(clean(), 1054.5), [C3("output_missing", 6)],
             {"publishes_lost_in_failover": 0})
 
 
@@ -410,6 +410,18 @@ def output_missing_though_its_publish_committed():
     f = lose_last_publish(clean(), 1045)
     f.publishes.append({"frame": 6, "proc": 116, "at": wall(1043.9)})
     return f, [C3("output_missing", 6)], {"publishes_lost_in_failover": 0}
+
+
+@case
+def accepted_report_long_before_a_failover_is_not_excused():
+    f = clean()
+    f.failovers = [{"wall": wall(1025)}]    # 14 s after proc 96's accepted report
+    ids = {e["id"] for e in f.harness if e["ev"] == "fault_on" and e["kind"] == "failover"}
+    for e in f.harness:
+        if e["ev"] in ("fault_on", "fault_off") and e["id"] in ids:
+            e["t"] = 1025
+            e["wall"] = wall(1025)
+    return f, [C2("ack_without_run", 6), C6("render_without_run", 6)], {"acks_lost_in_failover": 0}
 
 
 @case
