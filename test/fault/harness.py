@@ -830,10 +830,17 @@ class Harness:
             json.dump(final, f)
         return final
 
-    def teardown(self):
+    def teardown(self, fast=False):
         for a in self.agents.values():
             try:
-                a.stop()
+                if fast:
+                    # interrupted: no orderly stop, but nothing left behind
+                    pids = descendants(a.p.pid) if a.alive() else []
+                    a.kill()
+                    for pid in pids:
+                        signal_pid(pid, signal.SIGKILL)
+                else:
+                    a.stop()
             except Exception:
                 pass
         if self.monitor:
@@ -848,9 +855,10 @@ class Harness:
         if self.proxy:
             self.proxy.close()
         for s in self.servers:
-            s.stop("fast")
+            s.stop("immediate" if fast else "fast")
 
     def main(self):
+        interrupted = False
         try:
             self.setup()
             self.load()
@@ -860,8 +868,11 @@ class Harness:
         except Exception:
             self.errors.append(traceback.format_exc())
             final = None
+        except Interrupted as e:
+            self.errors.append("interrupted by %s" % e)
+            interrupted = True
         finally:
-            self.teardown()
+            self.teardown(fast=interrupted)
         say("faults injected:", sum(self.faults.values()), json.dumps(self.faults, sort_keys=True))
         if self.errors:
             for e in self.errors:
@@ -872,7 +883,17 @@ class Harness:
         return r.returncode
 
 
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT: stop at once, leaving no process behind."""
+
+
+def interrupt(signum, frame):
+    raise Interrupted(signal.Signals(signum).name)
+
+
 def main():
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, interrupt)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=1)
