@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Sourced by test/scripts/worker_*.sh; not a test itself (test/run runs only
-# the executable *.sh files here, and this one is not).  Gives:
+# the executable *.sh files here).  Gives:
 #
 #     need_debs PKG...        install those Debian packages that are missing
 #     PY                      Debian's interpreter, where python3-psycopg2
