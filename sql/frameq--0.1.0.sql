@@ -290,7 +290,8 @@ CREATE FUNCTION frameq._proc_no_truncate() RETURNS trigger
 CREATE TRIGGER proc_before BEFORE INSERT OR DELETE ON frameq.proc
 	FOR EACH STATEMENT EXECUTE FUNCTION frameq._proc_before();
 CREATE TRIGGER proc_after_insert AFTER INSERT ON frameq.proc
-	FOR EACH ROW EXECUTE FUNCTION frameq._proc_after_insert();
+	REFERENCING NEW TABLE AS new_procs
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._proc_after_insert();
 CREATE TRIGGER proc_after_delete AFTER DELETE ON frameq.proc
 	FOR EACH ROW EXECUTE FUNCTION frameq._proc_after_delete();
 CREATE TRIGGER proc_guard_update BEFORE UPDATE ON frameq.proc

@@ -33,18 +33,28 @@
 #include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "storage/proc.h"
 #include "tcop/utility.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/tuplestore.h"
 
 #include "frameq.h"
 
-/* the proc whose ledger charge reserve() took; the insert trigger adopts it */
-int64		frameq_precharged_proc = 0;
+/*
+ * The procs whose ledger charges reserve() took, for its insert statement
+ * in flight; the insert trigger adopts each (and zeroes its entry).  The
+ * entries belong to one transaction: an insert that failed leaves them
+ * behind, and no later transaction may adopt them.
+ */
+static int64 *precharged = NULL;
+static int	nprecharged = 0;
+static int	precharged_cap = 0;
+static LocalTransactionId precharged_lxid = InvalidLocalTransactionId;
 
 #define MAX_LAYER_LIMITS 12		/* plus subscription, folder, job: 15 items */
 #define JOB_BATCH 32
@@ -347,152 +357,296 @@ skip_for(LedgerKind kind)
 	return SKIP_FRAME;
 }
 
-/* book one locked waiting frame; see the file header for the steps */
+/* true if reserve() charged this proc: the insert trigger must not charge it again */
+bool
+frameq_adopt_precharge(int64 proc)
+{
+	if (precharged_lxid != MyProc->lxid)
+		return false;
+	for (int i = 0; i < nprecharged; i++)
+	{
+		if (precharged[i] == proc)
+		{
+			precharged[i] = 0;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* one locked waiting frame on its way to a booking */
+typedef struct FrameTry
+{
+	int64		frame;
+	int32		number;
+	int64		version;
+	int64		proc;
+	int32		cores;
+	BookResult	result;
+} FrameTry;
+
+static void
+give_back(ReserveState *st, const LayerCandidate *layer, LedgerItem *items, int nitems,
+		  FrameTry *t)
+{
+	frameq_ledger_uncharge(items, nitems, t->cores, layer->gpus);
+	st->host.idle_cc += t->cores;
+	st->host.idle_memory += layer->memory;
+	st->host.idle_gpus += layer->gpus;
+	st->host.idle_gpu_memory += layer->gpu_memory;
+	t->result = SKIP_FRAME;
+}
+
+/*
+ * Book locked waiting frames of one layer (see the file header for the
+ * steps), in frame order until one does not fit: every charge is taken
+ * first, then one UPDATE starts all the charged frames and one INSERT adds
+ * their procs.  Sets each frame's result (BOOKED, or why not); returns
+ * why the walk stopped before the end of the list, or SKIP_FRAME.
+ */
 static BookResult
-book_frame(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
-		   const LayerCandidate *layer, int64 frame, int32 number, int64 version)
+book_frames(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
+			const LayerCandidate *layer, FrameTry *tries, int n)
 {
 	static SPIPlanPtr start_plan = NULL;
 	static SPIPlanPtr insert_plan = NULL;
 	LedgerItem	items[16];
 	int			nitems;
-	int32		cores;
-	int			failed;
-	int64		proc;
-	int			ret;
+	int			ncharged = 0;
+	BookResult	stop = SKIP_FRAME;
+	Datum	   *d1;
+	Datum	   *d2;
+	Datum	   *d3;
 	Datum		args[14];
 	char		nulls[14];
-	Datum		values[11];
-	bool		vnulls[11] = {0};
+	int			ngot;
+	int			ret;
 
 	if (start_plan == NULL)
 	{
-		Oid			types[2] = {INT8OID, INT8OID};
+		Oid			types[2] = {INT8ARRAYOID, INT8ARRAYOID};
 
-		start_plan = frameq_prepare("UPDATE frameq.frame"
-									"   SET state = 'running', version = version + 1,"
-									"       attempts = attempts + 1"
-									" WHERE id = $1 AND version = $2 AND state = 'waiting'",
+		start_plan = frameq_prepare("UPDATE frameq.frame f"
+									"   SET state = 'running', version = f.version + 1,"
+									"       attempts = f.attempts + 1"
+									"  FROM unnest($1, $2) AS t(id, version)"
+									" WHERE f.id = t.id AND f.version = t.version"
+									"   AND f.state = 'waiting'"
+									" RETURNING f.id",
 									2, types);
 	}
 	if (insert_plan == NULL)
 	{
-		Oid			types[14] = {INT8OID, INT8OID, INT4OID, INT8OID, INT8OID, INT8OID,
-		INT4OID, INT4OID, INT4OID, INT4ARRAYOID, INT4OID, INT8OID, INT4OID, INT8OID};
+		Oid			types[14] = {INT8ARRAYOID, INT8ARRAYOID, INT4OID, INT8OID, INT8OID, INT8OID,
+		INT4OID, INT4OID, INT4OID, INT4ARRAYOID, INT4ARRAYOID, INT8OID, INT4OID, INT8OID};
 
 		insert_plan = frameq_prepare("INSERT INTO frameq.proc"
 									 " (id, frame, host, epoch, job, layer, show, folder,"
 									 "  allocation, limits, cores_cc, memory, gpus, gpu_memory)"
-									 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,"
-									 "         $11, $12, $13, $14)"
-									 " ON CONFLICT (frame) DO NOTHING",
+									 " SELECT t.id, t.frame, $3, $4, $5, $6, $7, $8, $9, $10,"
+									 "        t.cores, $12, $13, $14"
+									 "   FROM unnest($1, $2, $11) AS t(id, frame, cores)"
+									 " ON CONFLICT (frame) DO NOTHING"
+									 " RETURNING id",
 									 14, types);
 	}
 
-	if (!layer_fits(st, layer))
-		return SKIP_LAYER;
-
-	/* a threadable layer takes what is free, up to its cores_max */
-	cores = layer->threadable ? Min(layer->max_cc, st->host.idle_cc) : layer->min_cc;
-
+	/* 1. charge, in frame order, until a frame does not fit */
 	nitems = booking_items(items, st, show, job, layer);
-	failed = frameq_ledger_try_charge(items, nitems, cores, layer->gpus);
-	if (failed >= 0 && cores > layer->min_cc)
+	for (int i = 0; i < n; i++)
+		tries[i].result = SKIP_FRAME;
+	for (int i = 0; i < n; i++)
 	{
-		cores = layer->min_cc;
-		failed = frameq_ledger_try_charge(items, nitems, cores, layer->gpus);
-	}
-	if (failed >= 0)
-		return skip_for(items[failed].kind);
+		FrameTry   *t = &tries[i];
+		int			failed;
 
-	args[0] = Int64GetDatum(frame);
-	args[1] = Int64GetDatum(version);
+		if (!host_has_room(st))
+			break;
+		if (!layer_fits(st, layer))
+		{
+			stop = SKIP_LAYER;
+			break;
+		}
+		/* a threadable layer takes what is free, up to its cores_max */
+		t->cores = layer->threadable ? Min(layer->max_cc, st->host.idle_cc) : layer->min_cc;
+		failed = frameq_ledger_try_charge(items, nitems, t->cores, layer->gpus);
+		if (failed >= 0 && t->cores > layer->min_cc)
+		{
+			t->cores = layer->min_cc;
+			failed = frameq_ledger_try_charge(items, nitems, t->cores, layer->gpus);
+		}
+		if (failed >= 0)
+		{
+			stop = skip_for(items[failed].kind);
+			break;
+		}
+		t->proc = frameq_random_id();
+		t->result = BOOKED;		/* so far */
+		st->host.idle_cc -= t->cores;
+		st->host.idle_memory -= layer->memory;
+		st->host.idle_gpus -= layer->gpus;
+		st->host.idle_gpu_memory -= layer->gpu_memory;
+		ncharged++;
+	}
+	if (ncharged == 0)
+		return stop;
+
+	d1 = palloc(sizeof(Datum) * ncharged);
+	d2 = palloc(sizeof(Datum) * ncharged);
+	d3 = palloc(sizeof(Datum) * ncharged);
+
+	/* 2. start every charged frame, fenced on the version we read */
+	for (int i = 0; i < ncharged; i++)
+	{
+		d1[i] = Int64GetDatum(tries[i].frame);
+		d2[i] = Int64GetDatum(tries[i].version);
+	}
+	args[0] = PointerGetDatum(construct_array(d1, ncharged, INT8OID, 8, FLOAT8PASSBYVAL,
+											  TYPALIGN_DOUBLE));
+	args[1] = PointerGetDatum(construct_array(d2, ncharged, INT8OID, 8, FLOAT8PASSBYVAL,
+											  TYPALIGN_DOUBLE));
 	ret = SPI_execute_plan(start_plan, args, NULL, false, 0);
-	if (ret != SPI_OK_UPDATE)
+	if (ret != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "frameq: frame start failed: %s", SPI_result_code_string(ret));
-	if (SPI_processed != 1)
+	for (int i = 0; i < ncharged; i++)
 	{
-		/* the frame changed since we read it: someone else has it */
-		frameq_ledger_uncharge(items, nitems, cores, layer->gpus);
-		return SKIP_FRAME;
+		bool		started = false;
+
+		for (uint64 r = 0; r < SPI_processed && !started; r++)
+			started = frameq_get_int64(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1,
+									   NULL) == tries[i].frame;
+		/* a frame that changed since we read it: someone else has it */
+		if (!started)
+			give_back(st, layer, items, nitems, &tries[i]);
 	}
 
-	proc = frameq_random_id();
-	memset(nulls, ' ', sizeof(nulls));
-	args[0] = Int64GetDatum(proc);
-	args[1] = Int64GetDatum(frame);
-	args[2] = Int32GetDatum(st->host.id);
-	args[3] = Int64GetDatum(st->epoch);
-	args[4] = Int64GetDatum(job->id);
-	args[5] = Int64GetDatum(layer->id);
-	args[6] = Int32GetDatum(show->show);
-	args[7] = Int32GetDatum(job->folder);
-	if (!job->has_folder)
-		nulls[7] = 'n';
-	args[8] = Int32GetDatum(st->host.allocation);
+	/* 3. insert the procs of the started frames; the trigger adopts their charges */
 	{
-		Datum		ids[MAX_LAYER_LIMITS];
+		int			k = 0;
 
-		for (int k = 0; k < layer->nlimits; k++)
-			ids[k] = Int32GetDatum(layer->limit_ids[k]);
-		args[9] = PointerGetDatum(construct_array(ids, layer->nlimits, INT4OID, 4,
-												  true, TYPALIGN_INT));
+		for (int i = 0; i < ncharged; i++)
+		{
+			if (tries[i].result != BOOKED)
+				continue;
+			d1[k] = Int64GetDatum(tries[i].proc);
+			d2[k] = Int64GetDatum(tries[i].frame);
+			d3[k] = Int32GetDatum(tries[i].cores);
+			k++;
+		}
+		if (k == 0)
+			return stop;
+		if (k > precharged_cap)
+		{
+			if (precharged)
+				pfree(precharged);
+			precharged = MemoryContextAlloc(TopMemoryContext, sizeof(int64) * k);
+			precharged_cap = k;
+		}
+		for (int i = 0; i < k; i++)
+			precharged[i] = DatumGetInt64(d1[i]);
+		nprecharged = k;
+		precharged_lxid = MyProc->lxid;
+
+		memset(nulls, ' ', sizeof(nulls));
+		args[0] = PointerGetDatum(construct_array(d1, k, INT8OID, 8, FLOAT8PASSBYVAL,
+												  TYPALIGN_DOUBLE));
+		args[1] = PointerGetDatum(construct_array(d2, k, INT8OID, 8, FLOAT8PASSBYVAL,
+												  TYPALIGN_DOUBLE));
+		args[2] = Int32GetDatum(st->host.id);
+		args[3] = Int64GetDatum(st->epoch);
+		args[4] = Int64GetDatum(job->id);
+		args[5] = Int64GetDatum(layer->id);
+		args[6] = Int32GetDatum(show->show);
+		args[7] = Int32GetDatum(job->folder);
+		if (!job->has_folder)
+			nulls[7] = 'n';
+		args[8] = Int32GetDatum(st->host.allocation);
+		{
+			Datum		ids[MAX_LAYER_LIMITS];
+
+			for (int j = 0; j < layer->nlimits; j++)
+				ids[j] = Int32GetDatum(layer->limit_ids[j]);
+			args[9] = PointerGetDatum(construct_array(ids, layer->nlimits, INT4OID, 4,
+													  true, TYPALIGN_INT));
+		}
+		args[10] = PointerGetDatum(construct_array(d3, k, INT4OID, 4, true, TYPALIGN_INT));
+		args[11] = Int64GetDatum(layer->memory);
+		args[12] = Int32GetDatum(layer->gpus);
+		args[13] = Int64GetDatum(layer->gpu_memory);
+
+		ret = SPI_execute_plan(insert_plan, args, nulls, false, 0);
+		if (ret != SPI_OK_INSERT_RETURNING)
+			elog(ERROR, "frameq: proc insert failed: %s", SPI_result_code_string(ret));
+		/* keep the ids: the undo below runs SPI again */
+		ngot = (int) SPI_processed;
+		for (int r = 0; r < ngot; r++)
+			d1[r] = Int64GetDatum(frameq_get_int64(SPI_tuptable->vals[r],
+												   SPI_tuptable->tupdesc, 1, NULL));
 	}
-	args[10] = Int32GetDatum(cores);
-	args[11] = Int64GetDatum(layer->memory);
-	args[12] = Int32GetDatum(layer->gpus);
-	args[13] = Int64GetDatum(layer->gpu_memory);
-
-	frameq_precharged_proc = proc;
-	ret = SPI_execute_plan(insert_plan, args, nulls, false, 0);
-	if (ret != SPI_OK_INSERT)
-		elog(ERROR, "frameq: proc insert failed: %s", SPI_result_code_string(ret));
-	if (SPI_processed != 1)
+	for (int i = 0; i < ncharged; i++)
 	{
+		bool		inserted = false;
+
+		if (tries[i].result != BOOKED)
+			continue;
+		for (int r = 0; r < ngot && !inserted; r++)
+			inserted = DatumGetInt64(d1[r]) == tries[i].proc;
+		if (inserted)
+		{
+			if (frameq_adopt_precharge(tries[i].proc))
+				elog(ERROR, "frameq: the proc insert trigger did not take the booking's charge");
+			continue;
+		}
+
 		/*
 		 * The frame already has a proc, so someone else booked it: it is
 		 * rightly running, and our charge and attempt were not used.
 		 */
-		static SPIPlanPtr undo_plan = NULL;
-
-		frameq_precharged_proc = 0;
-		frameq_ledger_uncharge(items, nitems, cores, layer->gpus);
-		if (undo_plan == NULL)
 		{
-			Oid			types[1] = {INT8OID};
+			static SPIPlanPtr undo_plan = NULL;
+			Datum		undo_args[1];
 
-			undo_plan = frameq_prepare("UPDATE frameq.frame SET attempts = attempts - 1"
-									   " WHERE id = $1 AND attempts > 0",
-									   1, types);
+			give_back(st, layer, items, nitems, &tries[i]);
+			if (undo_plan == NULL)
+			{
+				Oid			types[1] = {INT8OID};
+
+				undo_plan = frameq_prepare("UPDATE frameq.frame SET attempts = attempts - 1"
+										   " WHERE id = $1 AND attempts > 0",
+										   1, types);
+			}
+			undo_args[0] = Int64GetDatum(tries[i].frame);
+			if (SPI_execute_plan(undo_plan, undo_args, NULL, false, 0) != SPI_OK_UPDATE)
+				elog(ERROR, "frameq: frame attempt undo failed");
 		}
-		args[0] = Int64GetDatum(frame);
-		if (SPI_execute_plan(undo_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
-			elog(ERROR, "frameq: frame attempt undo failed");
-		return SKIP_FRAME;
 	}
-	if (frameq_precharged_proc != 0)
-		elog(ERROR, "frameq: the proc insert trigger did not take the booking's charge");
+	nprecharged = 0;
 
-	st->host.idle_cc -= cores;
-	st->host.idle_memory -= layer->memory;
-	st->host.idle_gpus -= layer->gpus;
-	st->host.idle_gpu_memory -= layer->gpu_memory;
-	st->booked++;
+	/* 4. hand the bookings out */
+	for (int i = 0; i < ncharged; i++)
+	{
+		FrameTry   *t = &tries[i];
+		Datum		values[11];
+		bool		vnulls[11] = {0};
 
-	values[0] = Int64GetDatum(proc);
-	values[1] = Int64GetDatum(frame);
-	values[2] = Int64GetDatum(job->id);
-	values[3] = Int64GetDatum(layer->id);
-	values[4] = Int32GetDatum(number);
-	values[5] = CStringGetTextDatum(expand_command(layer->command, number,
-												   job->name, layer->name));
-	values[6] = frameq_numeric_from_cc(cores);
-	values[7] = Int64GetDatum(layer->memory);
-	values[8] = Int32GetDatum(layer->gpus);
-	values[9] = Int64GetDatum(layer->gpu_memory);
-	values[10] = layer->env;
-	tuplestore_putvalues(st->rsinfo->setResult, st->rsinfo->setDesc, values, vnulls);
-	return BOOKED;
+		if (t->result != BOOKED)
+			continue;
+		st->booked++;
+		values[0] = Int64GetDatum(t->proc);
+		values[1] = Int64GetDatum(t->frame);
+		values[2] = Int64GetDatum(job->id);
+		values[3] = Int64GetDatum(layer->id);
+		values[4] = Int32GetDatum(t->number);
+		values[5] = CStringGetTextDatum(expand_command(layer->command, t->number,
+													   job->name, layer->name));
+		values[6] = frameq_numeric_from_cc(t->cores);
+		values[7] = Int64GetDatum(layer->memory);
+		values[8] = Int32GetDatum(layer->gpus);
+		values[9] = Int64GetDatum(layer->gpu_memory);
+		values[10] = layer->env;
+		tuplestore_putvalues(st->rsinfo->setResult, st->rsinfo->setDesc, values, vnulls);
+	}
+	return stop;
 }
 
 /* book from one layer while it has waiting frames and the host has room */
@@ -521,9 +675,8 @@ book_layer(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
 		DispatchStamp stamp;
 		int			ret;
 		int			n;
-		int64	   *frames;
-		int32	   *numbers;
-		int64	   *versions;
+		FrameTry   *tries;
+		BookResult	stop;
 		bool		booked_any = false;
 
 		/* no more frames than the free cores could take */
@@ -542,36 +695,34 @@ book_layer(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
 		n = (int) SPI_processed;
 		if (n == 0)
 			break;
-		frames = palloc(sizeof(int64) * n);
-		numbers = palloc(sizeof(int32) * n);
-		versions = palloc(sizeof(int64) * n);
+		tries = palloc(sizeof(FrameTry) * n);
 		for (int i = 0; i < n; i++)
 		{
-			frames[i] = frameq_get_int64(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, NULL);
-			numbers[i] = frameq_get_int32(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, NULL);
-			versions[i] = frameq_get_int64(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, NULL);
+			tries[i].frame = frameq_get_int64(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, NULL);
+			tries[i].number = frameq_get_int32(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, NULL);
+			tries[i].version = frameq_get_int64(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, NULL);
 		}
+
+		stop = book_frames(st, show, job, layer, tries, n);
+
 		for (int i = 0; i < n; i++)
 		{
-			BookResult	r = SKIP_FRAME;
-
-			if (host_has_room(st))
-				r = book_frame(st, show, job, layer, frames[i], numbers[i], versions[i]);
-			if (r == BOOKED)
+			if (tries[i].result == BOOKED)
 			{
 				booked_any = true;
-				frameq_dispatch_booked(layer->id, numbers[i], &stamp);
-				continue;
+				frameq_dispatch_booked(layer->id, tries[i].number, &stamp);
 			}
-
-			/*
-			 * We hold this waiting frame's lock without booking it, so
-			 * concurrent probes skip it: keep the hint from passing it.
-			 */
-			frameq_dispatch_skipped(layer->id, numbers[i]);
-			if (r != SKIP_FRAME || !host_has_room(st))
-				return r;
+			else
+			{
+				/*
+				 * We hold this waiting frame's lock without booking it, so
+				 * concurrent probes skip it: keep the hint from passing it.
+				 */
+				frameq_dispatch_skipped(layer->id, tries[i].number);
+			}
 		}
+		if (stop != SKIP_FRAME)
+			return stop;
 		if (!booked_any)
 			break;
 	}

@@ -140,7 +140,7 @@ typedef struct ReleaseContext
 
 extern void frameq_release_with(const ReleaseContext *ctx);
 
-/* booking.c: a charge taken by reserve() that the insert trigger adopts */
-extern int64 frameq_precharged_proc;
+/* booking.c: charges taken by reserve() that the insert trigger adopts */
+extern bool frameq_adopt_precharge(int64 proc);
 
 #endif							/* FRAMEQ_H */

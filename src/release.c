@@ -27,13 +27,17 @@
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "commands/trigger.h"
+#include "executor/executor.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/tuplestore.h"
 
 #include "frameq.h"
 
@@ -308,35 +312,99 @@ frameq_proc_before(PG_FUNCTION_ARGS)
 
 PG_FUNCTION_INFO_V1(frameq_proc_after_insert);
 
+/* one host's share of the procs an INSERT added */
+typedef struct HostTake
+{
+	int32		host;
+	int64		cores_cc;
+	int64		memory;
+	int64		gpus;
+	int64		gpu_memory;
+} HostTake;
+
+/*
+ * After an INSERT of procs, once per statement: reserve() inserts all the
+ * frames it books from one layer in one statement, so the host's update and
+ * the run records cost one statement each, not one per frame.  Every proc
+ * is charged (or its charge adopted) before the host is touched.
+ */
 Datum
 frameq_proc_after_insert(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 	static SPIPlanPtr host_plan = NULL;
 	static SPIPlanPtr run_plan = NULL;
-	ProcRow		p;
-	LedgerItem	items[16];
-	int			nitems;
+	TupleDesc	desc;
+	TupleTableSlot *slot;
+	int64		rows;
+	int			nrows = 0;
+	HostTake   *hosts;
+	int			nhosts = 0;
+	Datum	   *run_cols[9];
 	Datum		args[9];
 	int			ret;
 
-	if (!CALLED_AS_TRIGGER(fcinfo))
-		elog(ERROR, "frameq_proc_after_insert: not called by trigger manager");
+	if (!CALLED_AS_TRIGGER(fcinfo) || trigdata->tg_newtable == NULL)
+		elog(ERROR, "frameq_proc_after_insert: not called as a statement trigger with a new table");
 
-	read_proc(trigdata->tg_trigtuple, trigdata->tg_relation->rd_att, &p);
-	nitems = proc_items(&p, items);
+	desc = trigdata->tg_relation->rd_att;
+	rows = tuplestore_tuple_count(trigdata->tg_newtable);
+	if (rows == 0)
+		return PointerGetDatum(NULL);
+	if (rows > MaxAllocSize / sizeof(Datum))
+		elog(ERROR, "frameq: too many procs in one insert");
+	for (int c = 0; c < 9; c++)
+		run_cols[c] = palloc(sizeof(Datum) * rows);
+	hosts = palloc(sizeof(HostTake) * rows);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "frameq: SPI_connect failed");
 
-	if (frameq_precharged_proc == p.id)
-		frameq_precharged_proc = 0; /* reserve() charged it already */
-	else
-		charge_direct_insert(&p, items, nitems);
+	slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
+	tuplestore_rescan(trigdata->tg_newtable);
+	while (tuplestore_gettupleslot(trigdata->tg_newtable, true, false, slot))
+	{
+		bool		should_free;
+		HeapTuple	tup = ExecFetchSlotHeapTuple(slot, false, &should_free);
+		ProcRow		p;
+		LedgerItem	items[16];
+		int			nitems;
+		int			h;
+
+		read_proc(tup, desc, &p);
+		if (!frameq_adopt_precharge(p.id))	/* reserve() charged it already */
+		{
+			nitems = proc_items(&p, items);
+			charge_direct_insert(&p, items, nitems);
+		}
+
+		for (h = 0; h < nhosts && hosts[h].host != p.host; h++)
+			;
+		if (h == nhosts)
+			hosts[nhosts++] = (HostTake) {p.host, 0, 0, 0, 0};
+		hosts[h].cores_cc += p.cores_cc;
+		hosts[h].memory += p.memory;
+		hosts[h].gpus += p.gpus;
+		hosts[h].gpu_memory += p.gpu_memory;
+
+		run_cols[0][nrows] = Int64GetDatum(p.id);
+		run_cols[1][nrows] = Int64GetDatum(p.frame);
+		run_cols[2][nrows] = Int64GetDatum(p.job);
+		run_cols[3][nrows] = Int32GetDatum(p.host);
+		run_cols[4][nrows] = Int64GetDatum(p.epoch);
+		run_cols[5][nrows] = Int32GetDatum(p.cores_cc);
+		run_cols[6][nrows] = Int64GetDatum(p.memory);
+		run_cols[7][nrows] = Int32GetDatum(p.gpus);
+		run_cols[8][nrows] = p.booked_at;
+		nrows++;
+		if (should_free)
+			heap_freetuple(tup);
+	}
+	ExecDropSingleTupleTableSlot(slot);
 
 	if (host_plan == NULL)
 	{
-		Oid			types[5] = {INT4OID, INT4OID, INT8OID, INT4OID, INT8OID};
+		Oid			types[5] = {INT4OID, INT8OID, INT8OID, INT8OID, INT8OID};
 
 		host_plan = frameq_prepare("UPDATE frameq.host"
 								   "   SET idle_cc = idle_cc - $2, idle_memory = idle_memory - $3,"
@@ -346,40 +414,52 @@ frameq_proc_after_insert(PG_FUNCTION_ARGS)
 								   "   AND idle_gpus >= $4 AND idle_gpu_memory >= $5",
 								   5, types);
 	}
-	args[0] = Int32GetDatum(p.host);
-	args[1] = Int32GetDatum(p.cores_cc);
-	args[2] = Int64GetDatum(p.memory);
-	args[3] = Int32GetDatum(p.gpus);
-	args[4] = Int64GetDatum(p.gpu_memory);
-	ret = SPI_execute_plan(host_plan, args, NULL, false, 0);
-	if (ret != SPI_OK_UPDATE)
-		elog(ERROR, "frameq: host capacity update failed: %s", SPI_result_code_string(ret));
-	if (SPI_processed != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_FRAMEQ_HOST_FULL),
-				 errmsg("host %d has no room for proc %lld", p.host, (long long) p.id)));
+	for (int h = 0; h < nhosts; h++)
+	{
+		args[0] = Int32GetDatum(hosts[h].host);
+		args[1] = Int64GetDatum(hosts[h].cores_cc);
+		args[2] = Int64GetDatum(hosts[h].memory);
+		args[3] = Int64GetDatum(hosts[h].gpus);
+		args[4] = Int64GetDatum(hosts[h].gpu_memory);
+		ret = SPI_execute_plan(host_plan, args, NULL, false, 0);
+		if (ret != SPI_OK_UPDATE)
+			elog(ERROR, "frameq: host capacity update failed: %s", SPI_result_code_string(ret));
+		if (SPI_processed != 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_FRAMEQ_HOST_FULL),
+					 errmsg("host %d has no room for the procs inserted", hosts[h].host),
+					 errdetail("They need %lld cores (in hundredths), %lld bytes of memory, %lld gpus and %lld bytes of gpu memory.",
+							   (long long) hosts[h].cores_cc, (long long) hosts[h].memory,
+							   (long long) hosts[h].gpus, (long long) hosts[h].gpu_memory)));
+	}
 
 	if (run_plan == NULL)
 	{
-		Oid			types[9] = {INT8OID, INT8OID, INT8OID, INT4OID, INT8OID, INT4OID,
-		INT8OID, INT4OID, TIMESTAMPTZOID};
+		Oid			types[9] = {INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT4ARRAYOID,
+		INT8ARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID};
 
 		run_plan = frameq_prepare("INSERT INTO frameq.run"
 								  " (proc, frame, job, host, epoch, cores_cc, memory, gpus, started_at)"
-								  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+								  " SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9)",
 								  9, types);
 	}
-	args[0] = Int64GetDatum(p.id);
-	args[1] = Int64GetDatum(p.frame);
-	args[2] = Int64GetDatum(p.job);
-	args[3] = Int32GetDatum(p.host);
-	args[4] = Int64GetDatum(p.epoch);
-	args[5] = Int32GetDatum(p.cores_cc);
-	args[6] = Int64GetDatum(p.memory);
-	args[7] = Int32GetDatum(p.gpus);
-	args[8] = p.booked_at;
+	{
+		static const Oid elem_types[9] = {INT8OID, INT8OID, INT8OID, INT4OID, INT8OID,
+		INT4OID, INT8OID, INT4OID, TIMESTAMPTZOID};
+
+		for (int c = 0; c < 9; c++)
+		{
+			int16		typlen;
+			bool		typbyval;
+			char		typalign;
+
+			get_typlenbyvalalign(elem_types[c], &typlen, &typbyval, &typalign);
+			args[c] = PointerGetDatum(construct_array(run_cols[c], nrows, elem_types[c],
+													  typlen, typbyval, typalign));
+		}
+	}
 	ret = SPI_execute_plan(run_plan, args, NULL, false, 0);
-	if (ret != SPI_OK_INSERT)
+	if (ret != SPI_OK_INSERT || SPI_processed != (uint64) nrows)
 		elog(ERROR, "frameq: run record insert failed: %s", SPI_result_code_string(ret));
 
 	SPI_finish();

@@ -1,0 +1,100 @@
+/*
+ * reserve() books the frames it takes from one layer with one UPDATE of the
+ * frames and one INSERT of their procs; the proc insert trigger runs once
+ * per statement and takes the host's room and opens the run records for
+ * all of them.  A direct INSERT of several procs is checked the same way:
+ * the host's room is taken for their sum, or the statement is refused.
+ */
+BEGIN;
+\ir include/helpers.psql
+
+SELECT plan(18);
+
+SELECT frameq.create_allocation('t31.pool') AS alloc \gset
+SELECT frameq.create_show('t31show') AS show \gset
+SELECT frameq.set_subscription('t31show', 't31.pool', 100, 100) \g /dev/null
+SELECT frameq.register_host('t31-h1', 't31.pool', 32, 68719476736) AS tok \gset
+SELECT id AS host FROM frameq.host WHERE name = 't31-h1' \gset
+SELECT epoch FROM frameq.attach('t31-h1', :'tok', 'boot-1') \gset
+SELECT frameq.register_host('t31-h2', 't31.pool', 3, 17179869184) AS tok2 \gset
+SELECT id AS host2 FROM frameq.host WHERE name = 't31-h2' \gset
+SELECT epoch AS epoch2 FROM frameq.attach('t31-h2', :'tok2', 'boot-1') \gset
+
+SELECT frameq.submit($${"show": "t31show", "name": "many",
+	"layers": [{"name": "l", "command": "c #FRAME#", "range": "1-40", "memory": "1GB"}]}$$) AS j_many \gset
+SELECT frameq.submit($${"show": "t31show", "name": "direct", "paused": true,
+	"layers": [{"name": "l", "command": "c", "range": "1-4"}]}$$) AS j_direct \gset
+
+-- count the statements that insert procs
+CREATE TABLE fqtest.proc_inserts (n int NOT NULL);
+INSERT INTO fqtest.proc_inserts VALUES (0);
+CREATE FUNCTION fqtest.count_proc_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	UPDATE fqtest.proc_inserts SET n = n + 1;
+	RETURN NULL;
+END
+$$;
+CREATE TRIGGER zz_count AFTER INSERT ON frameq.proc
+	FOR EACH STATEMENT EXECUTE FUNCTION fqtest.count_proc_insert();
+
+-- ------------------------------------------------ reserve(max_frames 16)
+
+CREATE TEMP TABLE b AS SELECT * FROM frameq.reserve('t31-h1', :'tok', :epoch, 16);
+SELECT is((SELECT count(*)::int FROM b), 16, 'reserve(max_frames 16) books 16 frames');
+SELECT is((SELECT n FROM fqtest.proc_inserts), 1, 'its 16 procs are inserted by one statement');
+SELECT is((SELECT array_agg(frame_number ORDER BY frame_number) FROM b),
+		  (SELECT array_agg(g) FROM generate_series(1, 16) g),
+		  'they are frames 1 to 16, in frame order');
+SELECT is((SELECT count(DISTINCT proc)::int FROM b), 16, 'each has its own run token');
+SELECT is((SELECT (idle_cc, idle_memory) FROM frameq.host WHERE id = :host),
+		  (1600, 68719476736 - 16 * 1073741824::bigint),
+		  'the host''s idle cores and memory dropped by the 16 frames'' sum');
+SELECT is((SELECT count(*)::int FROM frameq.run r JOIN b ON b.proc = r.proc
+			WHERE r.ended_at IS NULL AND r.host = :host AND r.cores_cc = 100),
+		  16, 'every booking has an open run record on the host');
+SELECT is((SELECT count(*)::int FROM frameq.frame WHERE job = :j_many AND state = 'running'
+			 AND attempts = 1),
+		  16, 'the 16 frames are running, one attempt each');
+SELECT is((SELECT (used_cc, running) FROM frameq.ledger() WHERE kind = 'job' AND id = :j_many),
+		  (1600, 16), 'the ledger charged the job once per frame');
+SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean after a 16-frame reserve');
+
+-- --------------------------------------- a direct INSERT of several procs
+
+/* two procs of 2 cores each do not fit a host with 3 idle cores together */
+SELECT * FROM fqtest.refuses(format(
+	$$WITH f AS (UPDATE frameq.frame fr SET state = 'running', attempts = attempts + 1,
+					version = version + 1
+				  WHERE fr.job = %s AND fr.number IN (1, 2) RETURNING fr.id, fr.job, fr.layer, fr.number)
+	  INSERT INTO frameq.proc (id, frame, host, epoch, job, layer, show, allocation,
+							   cores_cc, memory, gpus, gpu_memory)
+	  SELECT 931000 + f.number, f.id, %s, %s, f.job, f.layer, %s, %s, 200, 0, 0, 0 FROM f$$,
+	:j_direct, :host2, :epoch2, :show, :alloc),
+	'FQ005', 'host % has no room for the procs inserted',
+	'a direct INSERT of two procs that fit the host only one at a time is refused with FQ005');
+
+SELECT fqtest.attempt(format(
+	$$WITH f AS (UPDATE frameq.frame fr SET state = 'running', attempts = attempts + 1,
+					version = version + 1
+				  WHERE fr.job = %s AND fr.number IN (3, 4) RETURNING fr.id, fr.job, fr.layer, fr.number)
+	  INSERT INTO frameq.proc (id, frame, host, epoch, job, layer, show, allocation,
+							   cores_cc, memory, gpus, gpu_memory)
+	  SELECT 932000 + f.number, f.id, %s, %s, f.job, f.layer, %s, %s, 100, 0, 0, 0 FROM f$$,
+	:j_direct, :host2, :epoch2, :show, :alloc)) AS two_insert \gset
+SELECT is(:'two_insert'::text, 'ok', 'a direct INSERT of two procs that fit together is accepted');
+SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host2), 100,
+		  'the host''s idle cores dropped by both procs');
+SELECT is((SELECT count(*)::int FROM frameq.run WHERE proc IN (932003, 932004) AND ended_at IS NULL),
+		  2, 'both directly inserted procs have an open run record');
+SELECT is((SELECT (used_cc, running) FROM frameq.ledger() WHERE kind = 'job' AND id = :j_direct),
+		  (200, 2), 'both directly inserted procs are charged to their job');
+SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean after a two-proc direct INSERT');
+
+/* the host has one idle core left: reserve() books one more frame */
+SELECT is((SELECT count(*)::int
+			 FROM frameq.reserve('t31-h2', :'tok2', :epoch2, 16)), 1,
+		  'a host with one idle core left books one more frame');
+SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean at the end');
+
+SELECT * FROM finish();
+ROLLBACK;
