@@ -159,16 +159,22 @@ CREATE INDEX frame_live ON frameq.frame (job, state)
  * the release path needs (ledger keys, resources) is copied in at booking so
  * that a DELETE alone is enough to release.
  *
- * Only frame and host carry foreign keys: a booking locks and updates both
- * rows anyway.  job, layer, show, folder and allocation are copies of the
- * frame's and the host's; a foreign key on them would take a KEY SHARE lock
- * on the same job, show and allocation rows in every concurrent booking,
- * which is the hot row frameq exists to avoid.  check() verifies the copies.
+ * No column carries a foreign key.  job, layer, show, folder and allocation
+ * are copies of the frame's and the host's; a key on them would take a KEY
+ * SHARE lock on the same job, show and allocation rows in every concurrent
+ * booking, which is the hot row frameq exists to avoid; check() verifies
+ * the copies.  frame and host would cost a key check per proc (a query and
+ * a row lock each) that proves nothing new: reserve() has the frame locked
+ * and updated and the insert trigger updates the host row, and a direct
+ * INSERT is refused unless its frame and host are found and locked (see
+ * release.c).  What the keys would also guard, a frame or host that
+ * disappears or changes its id under a proc or a run record, the guard
+ * triggers below refuse (frameq itself never deletes either).
  */
 CREATE TABLE frameq.proc (
 	id			bigint PRIMARY KEY CHECK (id > 0),
-	frame		bigint NOT NULL UNIQUE REFERENCES frameq.frame,
-	host		int NOT NULL REFERENCES frameq.host,
+	frame		bigint NOT NULL UNIQUE,
+	host		int NOT NULL,
 	epoch		bigint NOT NULL,
 	job			bigint NOT NULL,
 	layer		bigint NOT NULL,
@@ -191,12 +197,15 @@ CREATE TABLE frameq.proc (
 );
 CREATE INDEX proc_host ON frameq.proc (host, state);
 
-/* one row per attempt, kept forever; job is the frame's (no key: see proc) */
+/*
+ * One row per attempt, kept forever, written by the proc insert trigger
+ * from a proc whose frame and host exist; no foreign keys: see proc.
+ */
 CREATE TABLE frameq.run (
 	proc		bigint PRIMARY KEY,
-	frame		bigint NOT NULL REFERENCES frameq.frame,
+	frame		bigint NOT NULL,
 	job			bigint NOT NULL,
-	host		int NOT NULL REFERENCES frameq.host,
+	host		int NOT NULL,
 	epoch		bigint NOT NULL,
 	cores_cc	int NOT NULL,
 	memory		bigint NOT NULL,
@@ -298,6 +307,46 @@ CREATE TRIGGER proc_guard_update BEFORE UPDATE ON frameq.proc
 	FOR EACH ROW EXECUTE FUNCTION frameq._proc_guard_update();
 CREATE TRIGGER proc_no_truncate BEFORE TRUNCATE ON frameq.proc
 	FOR EACH STATEMENT EXECUTE FUNCTION frameq._proc_no_truncate();
+
+/*
+ * What foreign keys from proc and run would guard (see proc): a frame or a
+ * host named by a proc or a run record is neither deleted, nor given
+ * another id, nor truncated away.  The argument is the referencing column.
+ * Only deletes and id changes fire these, never the booking path.
+ */
+CREATE FUNCTION frameq._keep_referenced() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+	col text := TG_ARGV[0];
+	used bool;
+BEGIN
+	IF TG_OP = 'TRUNCATE' THEN
+		RAISE EXCEPTION 'cannot truncate frameq.%: procs and run records name its rows', col
+			USING ERRCODE = 'feature_not_supported';
+	END IF;
+	IF TG_OP = 'UPDATE' AND OLD.id = NEW.id THEN
+		RETURN NEW;
+	END IF;
+	EXECUTE format('SELECT EXISTS (SELECT 1 FROM frameq.proc WHERE %1$I = $1)
+	                    OR EXISTS (SELECT 1 FROM frameq.run WHERE %1$I = $1)', col)
+		INTO used USING OLD.id;
+	IF used THEN
+		RAISE EXCEPTION '% % is named by a proc or a run record', col, OLD.id
+			USING ERRCODE = 'foreign_key_violation',
+				  HINT = 'frameq keeps every attempt''s record; a frame or host that ran work stays.';
+	END IF;
+	RETURN CASE TG_OP WHEN 'DELETE' THEN OLD ELSE NEW END;
+END
+$$;
+
+CREATE TRIGGER frame_keep_referenced BEFORE DELETE OR UPDATE OF id ON frameq.frame
+	FOR EACH ROW EXECUTE FUNCTION frameq._keep_referenced('frame');
+CREATE TRIGGER frame_keep_referenced_truncate BEFORE TRUNCATE ON frameq.frame
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._keep_referenced('frame');
+CREATE TRIGGER host_keep_referenced BEFORE DELETE OR UPDATE OF id ON frameq.host
+	FOR EACH ROW EXECUTE FUNCTION frameq._keep_referenced('host');
+CREATE TRIGGER host_keep_referenced_truncate BEFORE TRUNCATE ON frameq.host
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._keep_referenced('host');
 
 CREATE FUNCTION frameq.reserve(host text, token text, epoch bigint,
 							   max_frames int DEFAULT NULL)

@@ -185,9 +185,14 @@ check_direct_insert(const ProcRow *p)
 	}
 	args[0] = Int64GetDatum(p->frame);
 	args[1] = Int32GetDatum(p->host);
-	if (SPI_execute_plan(plan, args, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "frameq: frame %lld of proc %lld not found", (long long) p->frame,
-			 (long long) p->id);
+	if (SPI_execute_plan(plan, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "frameq: frame lookup failed");
+	/* proc has no foreign keys (see the schema): this is the check */
+	if (SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_FOREIGN_KEY_VIOLATION),
+				 errmsg("proc %lld names frame %lld and host %d, and one of them does not exist",
+						(long long) p->id, (long long) p->frame, p->host)));
 	tup = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
 	state = SPI_getvalue(tup, desc, 1);

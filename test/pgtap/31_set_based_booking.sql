@@ -4,11 +4,13 @@
  * per statement and takes the host's room and opens the run records for
  * all of them.  A direct INSERT of several procs is checked the same way:
  * the host's room is taken for their sum, or the statement is refused.
+ * proc and run carry no foreign keys; what the keys would guard, a frame
+ * or host vanishing or renumbered under them, triggers refuse instead.
  */
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(18);
+SELECT plan(33);
 
 SELECT frameq.create_allocation('t31.pool') AS alloc \gset
 SELECT frameq.create_show('t31show') AS show \gset
@@ -95,6 +97,43 @@ SELECT is((SELECT count(*)::int
 			 FROM frameq.reserve('t31-h2', :'tok2', :epoch2, 16)), 1,
 		  'a host with one idle core left books one more frame');
 SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean at the end');
+
+-- ------------------------------- what foreign keys would guard, kept
+
+/* proc and run carry no foreign keys; their frame and host are guarded */
+SELECT * FROM fqtest.refuses(format(
+	$$INSERT INTO frameq.proc (id, frame, host, epoch, job, layer, show, allocation,
+							   cores_cc, memory, gpus, gpu_memory)
+	  SELECT 933001, 987654321, %s, %s, %s, l.id, %s, %s, 100, 0, 0, 0
+	    FROM frameq.layer l WHERE l.job = %s$$,
+	:host2, :epoch2, :j_direct, :show, :alloc, :j_direct),
+	'23503', 'proc 933001 names frame 987654321 and host %, and one of them does not exist',
+	'a direct INSERT of a proc naming a frame that does not exist is refused with 23503');
+SELECT * FROM fqtest.refuses(format(
+	$$INSERT INTO frameq.proc (id, frame, host, epoch, job, layer, show, allocation,
+							   cores_cc, memory, gpus, gpu_memory)
+	  SELECT 933002, f.id, 987654, 0, f.job, f.layer, %s, %s, 100, 0, 0, 0
+	    FROM frameq.frame f WHERE f.job = %s AND f.number = 1$$,
+	:show, :alloc, :j_direct),
+	'23503', 'proc 933002 names frame % and host 987654, and one of them does not exist',
+	'a direct INSERT of a proc naming a host that does not exist is refused with 23503');
+SELECT * FROM fqtest.refuses(format('DELETE FROM frameq.host WHERE id = %s', :host),
+	'23503', 'host % is named by a proc or a run record',
+	'a host with procs cannot be deleted');
+SELECT * FROM fqtest.refuses(format('DELETE FROM frameq.frame WHERE job = %s AND number = 1', :j_many),
+	'23503', 'frame % is named by a proc or a run record',
+	'a frame with a proc cannot be deleted');
+SELECT * FROM fqtest.refuses(format('UPDATE frameq.frame SET id = id + 1000000000 WHERE job = %s AND number = 2', :j_many),
+	'23503', 'frame % is named by a proc or a run record',
+	'a frame with a proc cannot take another id');
+SELECT * FROM fqtest.refuses('TRUNCATE frameq.host CASCADE', '0A000', 'cannot truncate frameq.host%',
+	'frameq.host cannot be truncated');
+SELECT * FROM fqtest.refuses('TRUNCATE frameq.job CASCADE', '0A000', 'cannot truncate frameq.%',
+	'frameq.frame cannot be truncated, not even by a cascade');
+SELECT frameq.register_host('t31-spare', 't31.pool', 1, 1073741824) \g /dev/null
+DELETE FROM frameq.host WHERE name = 't31-spare';
+SELECT is((SELECT count(*)::int FROM frameq.host WHERE name = 't31-spare'), 0,
+		  'a host that never ran anything can be deleted');
 
 SELECT * FROM finish();
 ROLLBACK;
