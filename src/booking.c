@@ -14,11 +14,14 @@
  *	   jobs by priority then age; within a job, layers the host can run by
  *	   dispatch order; within a layer, waiting frames by number, taken with
  *	   FOR UPDATE SKIP LOCKED so concurrent hosts never wait on each other;
- *	3. for each frame: check-and-charge every cap in the ledger (nothing
- *	   is charged unless all fit), move the frame waiting -> running fenced
- *	   on its version, insert the proc.  The proc's insert trigger takes
- *	   the host's capacity and opens the run record; it adopts the charge
- *	   made here instead of charging again.
+ *	3. in each layer: check-and-charge every cap in the ledger for as many
+ *	   frames as fit (nothing is charged for a frame unless all its caps
+ *	   fit); one statement then takes that many waiting frames and moves
+ *	   them waiting -> running, and one INSERT adds their procs; charges
+ *	   for frames the layer did not have are given back.  The proc insert
+ *	   trigger, once per statement, takes the host's capacity and opens
+ *	   the run records; it adopts the charges made here instead of
+ *	   charging again.
  *
  * Cost grows with the number of candidate jobs and layers examined, never
  * with the number of waiting frames: each layer is probed through the
@@ -374,12 +377,11 @@ frameq_adopt_precharge(int64 proc)
 	return false;
 }
 
-/* one locked waiting frame on its way to a booking */
+/* one frame on its way to a booking */
 typedef struct FrameTry
 {
 	int64		frame;
 	int32		number;
-	int64		version;
 	int64		proc;
 	int32		cores;
 	BookResult	result;
@@ -397,43 +399,65 @@ give_back(ReserveState *st, const LayerCandidate *layer, LedgerItem *items, int 
 	t->result = SKIP_FRAME;
 }
 
+static int
+compare_numbers(const void *a, const void *b)
+{
+	const FrameTry *x = a;
+	const FrameTry *y = b;
+
+	return (x->number > y->number) - (x->number < y->number);
+}
+
 /*
- * Book locked waiting frames of one layer (see the file header for the
- * steps), in frame order until one does not fit: every charge is taken
- * first, then one UPDATE starts all the charged frames and one INSERT adds
- * their procs.  Sets each frame's result (BOOKED, or why not); returns
- * why the walk stopped before the end of the list, or SKIP_FRAME.
+ * Book up to want frames of one layer (see the file header for the steps):
+ * charge the caps for as many frames as fit, then one statement takes that
+ * many waiting frames (FOR UPDATE SKIP LOCKED) and starts them, and one
+ * INSERT adds their procs; charges for frames the layer did not have are
+ * given back.  Sets *more if the layer may have more frames to take, and
+ * returns why the walk must leave the layer (SKIP_FRAME: it need not).
  */
 static BookResult
 book_frames(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
-			const LayerCandidate *layer, FrameTry *tries, int n)
+			const LayerCandidate *layer, int want, bool *more)
 {
-	static SPIPlanPtr start_plan = NULL;
+	static SPIPlanPtr claim_plan = NULL;
 	static SPIPlanPtr insert_plan = NULL;
 	LedgerItem	items[16];
 	int			nitems;
 	int			ncharged = 0;
+	int			nclaimed;
 	BookResult	stop = SKIP_FRAME;
+	FrameTry   *tries;
+	int32		low;
+	DispatchStamp stamp;
 	Datum	   *d1;
 	Datum	   *d2;
 	Datum	   *d3;
 	Datum		args[14];
 	char		nulls[14];
 	int			ngot;
+	int			nbooked = 0;
+	int			k;
 	int			ret;
 
-	if (start_plan == NULL)
+	*more = false;
+	if (claim_plan == NULL)
 	{
-		Oid			types[2] = {INT8ARRAYOID, INT8ARRAYOID};
+		Oid			types[3] = {INT8OID, INT4OID, INT4OID};
 
-		start_plan = frameq_prepare("UPDATE frameq.frame f"
-									"   SET state = 'running', version = f.version + 1,"
-									"       attempts = f.attempts + 1"
-									"  FROM unnest($1, $2) AS t(id, version)"
-									" WHERE f.id = t.id AND f.version = t.version"
-									"   AND f.state = 'waiting'"
-									" RETURNING f.id",
-									2, types);
+		/*
+		 * The waiting frames are locked by an initplan and updated by
+		 * primary key: no join for a generic plan to get wrong.
+		 */
+		claim_plan = frameq_prepare("UPDATE frameq.frame"
+									"   SET state = 'running', version = version + 1,"
+									"       attempts = attempts + 1"
+									" WHERE id = ANY (ARRAY(SELECT id FROM frameq.frame"
+									"         WHERE layer = $1 AND state = 'waiting' AND number >= $3"
+									"         ORDER BY number LIMIT $2"
+									"           FOR UPDATE SKIP LOCKED))"
+									" RETURNING id, number",
+									3, types);
 	}
 	if (insert_plan == NULL)
 	{
@@ -451,13 +475,12 @@ book_frames(ReserveState *st, const ShowCandidate *show, const JobCandidate *job
 									 14, types);
 	}
 
-	/* 1. charge, in frame order, until a frame does not fit */
+	/* 1. charge every cap, frame after frame, until one does not fit */
+	tries = palloc(sizeof(FrameTry) * want);
 	nitems = booking_items(items, st, show, job, layer);
-	for (int i = 0; i < n; i++)
-		tries[i].result = SKIP_FRAME;
-	for (int i = 0; i < n; i++)
+	while (ncharged < want)
 	{
-		FrameTry   *t = &tries[i];
+		FrameTry   *t = &tries[ncharged];
 		int			failed;
 
 		if (!host_has_room(st))
@@ -491,104 +514,103 @@ book_frames(ReserveState *st, const ShowCandidate *show, const JobCandidate *job
 	if (ncharged == 0)
 		return stop;
 
-	d1 = palloc(sizeof(Datum) * ncharged);
-	d2 = palloc(sizeof(Datum) * ncharged);
-	d3 = palloc(sizeof(Datum) * ncharged);
-
-	/* 2. start every charged frame, fenced on the version we read */
-	for (int i = 0; i < ncharged; i++)
-	{
-		d1[i] = Int64GetDatum(tries[i].frame);
-		d2[i] = Int64GetDatum(tries[i].version);
-	}
-	args[0] = PointerGetDatum(construct_array(d1, ncharged, INT8OID, 8, FLOAT8PASSBYVAL,
-											  TYPALIGN_DOUBLE));
-	args[1] = PointerGetDatum(construct_array(d2, ncharged, INT8OID, 8, FLOAT8PASSBYVAL,
-											  TYPALIGN_DOUBLE));
-	ret = SPI_execute_plan(start_plan, args, NULL, false, 0);
+	/*
+	 * 2. take and start that many waiting frames, lowest numbers first.
+	 * Read the hint before the statement takes its snapshot: see dispatch.c.
+	 */
+	frameq_dispatch_lookup(layer->id, &low, &stamp);
+	args[0] = Int64GetDatum(layer->id);
+	args[1] = Int32GetDatum(ncharged);
+	args[2] = Int32GetDatum(low);
+	ret = SPI_execute_plan(claim_plan, args, NULL, false, 0);
 	if (ret != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "frameq: frame start failed: %s", SPI_result_code_string(ret));
-	for (int i = 0; i < ncharged; i++)
+		elog(ERROR, "frameq: frame claim failed: %s", SPI_result_code_string(ret));
+	nclaimed = (int) SPI_processed;
 	{
-		bool		started = false;
+		/* the charges go to the frames in number order, as they were taken */
+		FrameTry   *got = palloc(sizeof(FrameTry) * Max(nclaimed, 1));
 
-		for (uint64 r = 0; r < SPI_processed && !started; r++)
-			started = frameq_get_int64(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1,
-									   NULL) == tries[i].frame;
-		/* a frame that changed since we read it: someone else has it */
-		if (!started)
-			give_back(st, layer, items, nitems, &tries[i]);
+		for (int i = 0; i < nclaimed; i++)
+		{
+			got[i].frame = frameq_get_int64(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, NULL);
+			got[i].number = frameq_get_int32(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, NULL);
+		}
+		qsort(got, nclaimed, sizeof(FrameTry), compare_numbers);
+		for (int i = 0; i < nclaimed; i++)
+		{
+			tries[i].frame = got[i].frame;
+			tries[i].number = got[i].number;
+		}
 	}
+	/* the layer had fewer waiting frames than we charged for */
+	for (int i = nclaimed; i < ncharged; i++)
+		give_back(st, layer, items, nitems, &tries[i]);
+	if (nclaimed == 0)
+		return SKIP_FRAME;
+	if (nclaimed < ncharged)
+		stop = SKIP_FRAME;		/* the caps were not what stopped us */
 
-	/* 3. insert the procs of the started frames; the trigger adopts their charges */
+	/* 3. insert their procs; the insert trigger adopts the charges */
+	d1 = palloc(sizeof(Datum) * nclaimed);
+	d2 = palloc(sizeof(Datum) * nclaimed);
+	d3 = palloc(sizeof(Datum) * nclaimed);
+	for (k = 0; k < nclaimed; k++)
 	{
-		int			k = 0;
-
-		for (int i = 0; i < ncharged; i++)
-		{
-			if (tries[i].result != BOOKED)
-				continue;
-			d1[k] = Int64GetDatum(tries[i].proc);
-			d2[k] = Int64GetDatum(tries[i].frame);
-			d3[k] = Int32GetDatum(tries[i].cores);
-			k++;
-		}
-		if (k == 0)
-			return stop;
-		if (k > precharged_cap)
-		{
-			if (precharged)
-				pfree(precharged);
-			precharged = MemoryContextAlloc(TopMemoryContext, sizeof(int64) * k);
-			precharged_cap = k;
-		}
-		for (int i = 0; i < k; i++)
-			precharged[i] = DatumGetInt64(d1[i]);
-		nprecharged = k;
-		precharged_lxid = MyProc->lxid;
-
-		memset(nulls, ' ', sizeof(nulls));
-		args[0] = PointerGetDatum(construct_array(d1, k, INT8OID, 8, FLOAT8PASSBYVAL,
-												  TYPALIGN_DOUBLE));
-		args[1] = PointerGetDatum(construct_array(d2, k, INT8OID, 8, FLOAT8PASSBYVAL,
-												  TYPALIGN_DOUBLE));
-		args[2] = Int32GetDatum(st->host.id);
-		args[3] = Int64GetDatum(st->epoch);
-		args[4] = Int64GetDatum(job->id);
-		args[5] = Int64GetDatum(layer->id);
-		args[6] = Int32GetDatum(show->show);
-		args[7] = Int32GetDatum(job->folder);
-		if (!job->has_folder)
-			nulls[7] = 'n';
-		args[8] = Int32GetDatum(st->host.allocation);
-		{
-			Datum		ids[MAX_LAYER_LIMITS];
-
-			for (int j = 0; j < layer->nlimits; j++)
-				ids[j] = Int32GetDatum(layer->limit_ids[j]);
-			args[9] = PointerGetDatum(construct_array(ids, layer->nlimits, INT4OID, 4,
-													  true, TYPALIGN_INT));
-		}
-		args[10] = PointerGetDatum(construct_array(d3, k, INT4OID, 4, true, TYPALIGN_INT));
-		args[11] = Int64GetDatum(layer->memory);
-		args[12] = Int32GetDatum(layer->gpus);
-		args[13] = Int64GetDatum(layer->gpu_memory);
-
-		ret = SPI_execute_plan(insert_plan, args, nulls, false, 0);
-		if (ret != SPI_OK_INSERT_RETURNING)
-			elog(ERROR, "frameq: proc insert failed: %s", SPI_result_code_string(ret));
-		/* keep the ids: the undo below runs SPI again */
-		ngot = (int) SPI_processed;
-		for (int r = 0; r < ngot; r++)
-			d1[r] = Int64GetDatum(frameq_get_int64(SPI_tuptable->vals[r],
-												   SPI_tuptable->tupdesc, 1, NULL));
+		d1[k] = Int64GetDatum(tries[k].proc);
+		d2[k] = Int64GetDatum(tries[k].frame);
+		d3[k] = Int32GetDatum(tries[k].cores);
 	}
-	for (int i = 0; i < ncharged; i++)
+	if (k > precharged_cap)
+	{
+		if (precharged)
+			pfree(precharged);
+		precharged = MemoryContextAlloc(TopMemoryContext, sizeof(int64) * k);
+		precharged_cap = k;
+	}
+	for (int i = 0; i < k; i++)
+		precharged[i] = DatumGetInt64(d1[i]);
+	nprecharged = k;
+	precharged_lxid = MyProc->lxid;
+
+	memset(nulls, ' ', sizeof(nulls));
+	args[0] = PointerGetDatum(construct_array(d1, k, INT8OID, 8, FLOAT8PASSBYVAL,
+											  TYPALIGN_DOUBLE));
+	args[1] = PointerGetDatum(construct_array(d2, k, INT8OID, 8, FLOAT8PASSBYVAL,
+											  TYPALIGN_DOUBLE));
+	args[2] = Int32GetDatum(st->host.id);
+	args[3] = Int64GetDatum(st->epoch);
+	args[4] = Int64GetDatum(job->id);
+	args[5] = Int64GetDatum(layer->id);
+	args[6] = Int32GetDatum(show->show);
+	args[7] = Int32GetDatum(job->folder);
+	if (!job->has_folder)
+		nulls[7] = 'n';
+	args[8] = Int32GetDatum(st->host.allocation);
+	{
+		Datum		ids[MAX_LAYER_LIMITS];
+
+		for (int j = 0; j < layer->nlimits; j++)
+			ids[j] = Int32GetDatum(layer->limit_ids[j]);
+		args[9] = PointerGetDatum(construct_array(ids, layer->nlimits, INT4OID, 4,
+												  true, TYPALIGN_INT));
+	}
+	args[10] = PointerGetDatum(construct_array(d3, k, INT4OID, 4, true, TYPALIGN_INT));
+	args[11] = Int64GetDatum(layer->memory);
+	args[12] = Int32GetDatum(layer->gpus);
+	args[13] = Int64GetDatum(layer->gpu_memory);
+
+	ret = SPI_execute_plan(insert_plan, args, nulls, false, 0);
+	if (ret != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "frameq: proc insert failed: %s", SPI_result_code_string(ret));
+	/* keep the ids: the undo below runs SPI again */
+	ngot = (int) SPI_processed;
+	for (int r = 0; r < ngot; r++)
+		d1[r] = Int64GetDatum(frameq_get_int64(SPI_tuptable->vals[r],
+											   SPI_tuptable->tupdesc, 1, NULL));
+	for (int i = 0; i < nclaimed; i++)
 	{
 		bool		inserted = false;
 
-		if (tries[i].result != BOOKED)
-			continue;
 		for (int r = 0; r < ngot && !inserted; r++)
 			inserted = DatumGetInt64(d1[r]) == tries[i].proc;
 		if (inserted)
@@ -623,15 +645,20 @@ book_frames(ReserveState *st, const ShowCandidate *show, const JobCandidate *job
 	nprecharged = 0;
 
 	/* 4. hand the bookings out */
-	for (int i = 0; i < ncharged; i++)
+	for (int i = 0; i < nclaimed; i++)
 	{
 		FrameTry   *t = &tries[i];
 		Datum		values[11];
 		bool		vnulls[11] = {0};
 
 		if (t->result != BOOKED)
+		{
+			frameq_dispatch_skipped(layer->id, t->number);
 			continue;
+		}
+		frameq_dispatch_booked(layer->id, t->number, &stamp);
 		st->booked++;
+		nbooked++;
 		values[0] = Int64GetDatum(t->proc);
 		values[1] = Int64GetDatum(t->frame);
 		values[2] = Int64GetDatum(job->id);
@@ -646,6 +673,8 @@ book_frames(ReserveState *st, const ShowCandidate *show, const JobCandidate *job
 		values[10] = layer->env;
 		tuplestore_putvalues(st->rsinfo->setResult, st->rsinfo->setDesc, values, vnulls);
 	}
+	/* if it had fewer frames than we wanted, there is nothing more to take now */
+	*more = nclaimed == ncharged && nbooked > 0;
 	return stop;
 }
 
@@ -654,76 +683,20 @@ static BookResult
 book_layer(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
 		   const LayerCandidate *layer)
 {
-	static SPIPlanPtr plan = NULL;
-
-	if (plan == NULL)
-	{
-		Oid			types[3] = {INT8OID, INT4OID, INT4OID};
-
-		plan = frameq_prepare("SELECT id, number, version FROM frameq.frame"
-							  " WHERE layer = $1 AND state = 'waiting' AND number >= $3"
-							  " ORDER BY number LIMIT $2"
-							  " FOR UPDATE SKIP LOCKED",
-							  3, types);
-	}
-
 	while (host_has_room(st) && layer_fits(st, layer))
 	{
 		int			want = st->max_frames - st->booked;
-		Datum		args[3];
-		int32		low;
-		DispatchStamp stamp;
-		int			ret;
-		int			n;
-		FrameTry   *tries;
+		bool		more;
 		BookResult	stop;
-		bool		booked_any = false;
 
 		/* no more frames than the free cores could take */
 		want = Min(want, st->host.idle_cc / layer->min_cc);
 		if (want <= 0)
 			break;
-
-		/* read the hint before the probe takes its snapshot: see dispatch.c */
-		frameq_dispatch_lookup(layer->id, &low, &stamp);
-		args[0] = Int64GetDatum(layer->id);
-		args[1] = Int32GetDatum(want);
-		args[2] = Int32GetDatum(low);
-		ret = SPI_execute_plan(plan, args, NULL, false, 0);
-		if (ret != SPI_OK_SELECT)
-			elog(ERROR, "frameq: frame probe failed: %s", SPI_result_code_string(ret));
-		n = (int) SPI_processed;
-		if (n == 0)
-			break;
-		tries = palloc(sizeof(FrameTry) * n);
-		for (int i = 0; i < n; i++)
-		{
-			tries[i].frame = frameq_get_int64(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, NULL);
-			tries[i].number = frameq_get_int32(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, NULL);
-			tries[i].version = frameq_get_int64(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, NULL);
-		}
-
-		stop = book_frames(st, show, job, layer, tries, n);
-
-		for (int i = 0; i < n; i++)
-		{
-			if (tries[i].result == BOOKED)
-			{
-				booked_any = true;
-				frameq_dispatch_booked(layer->id, tries[i].number, &stamp);
-			}
-			else
-			{
-				/*
-				 * We hold this waiting frame's lock without booking it, so
-				 * concurrent probes skip it: keep the hint from passing it.
-				 */
-				frameq_dispatch_skipped(layer->id, tries[i].number);
-			}
-		}
+		stop = book_frames(st, show, job, layer, want, &more);
 		if (stop != SKIP_FRAME)
 			return stop;
-		if (!booked_any)
+		if (!more)
 			break;
 	}
 	return SKIP_FRAME;

@@ -10,7 +10,7 @@
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(33);
+SELECT plan(38);
 
 SELECT frameq.create_allocation('t31.pool') AS alloc \gset
 SELECT frameq.create_show('t31show') AS show \gset
@@ -97,6 +97,33 @@ SELECT is((SELECT count(*)::int
 			 FROM frameq.reserve('t31-h2', :'tok2', :epoch2, 16)), 1,
 		  'a host with one idle core left books one more frame');
 SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean at the end');
+
+-- ------------------------------------------- charges taken before the claim
+
+/*
+ * reserve() charges the caps for as many frames as fit before it takes the
+ * frames: what the layer did not have is given back, and a cap that binds
+ * stops it at the cap.
+ */
+SELECT frameq.register_host('t31-h3', 't31.pool', 64, 68719476736) AS tok3 \gset
+SELECT epoch AS epoch3 FROM frameq.attach('t31-h3', :'tok3', 'boot-1') \gset
+SELECT id AS host3 FROM frameq.host WHERE name = 't31-h3' \gset
+SELECT frameq.set_job(:j_many, paused => true) \g /dev/null
+SELECT frameq.submit($${"show": "t31show", "name": "two", "priority": 90,
+	"layers": [{"name": "l", "command": "c", "range": "1-2"}]}$$) AS j_two \gset
+SELECT frameq.submit($${"show": "t31show", "name": "capped", "priority": 80, "max_cores": 3,
+	"layers": [{"name": "l", "command": "c", "range": "1-10"}]}$$) AS j_capped \gset
+CREATE TEMP TABLE b3 AS SELECT * FROM frameq.reserve('t31-h3', :'tok3', :epoch3, 16);
+SELECT is((SELECT array_agg(job ORDER BY job, frame_number) FROM b3),
+		  ARRAY[:j_two, :j_two, :j_capped, :j_capped, :j_capped]::bigint[],
+		  'a 16-frame reserve takes the 2 frames of one job and 3 of a job capped at 3 cores');
+SELECT is((SELECT (used_cc, running) FROM frameq.ledger() WHERE kind = 'job' AND id = :j_two),
+		  (200, 2), 'the job with 2 frames is charged for 2, not for the 16 asked for');
+SELECT is((SELECT (used_cc, running) FROM frameq.ledger() WHERE kind = 'job' AND id = :j_capped),
+		  (300, 3), 'the capped job is charged up to its cap');
+SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host3), 6400 - 500,
+		  'the host gave up the room of 5 frames');
+SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean after charges were given back');
 
 -- ------------------------------- what foreign keys would guard, kept
 
