@@ -13,9 +13,9 @@
  * still waiting, and steps over only the bookings in flight.
  *
  * A hint is only an optimisation of the order frames are taken in: the
- * frame row lock (FOR UPDATE SKIP LOCKED) and the version fence decide who
- * books what.  What must never happen is a waiting frame left below its
- * layer's hint, where no scan would find it.  So:
+ * frame row lock (FOR UPDATE SKIP LOCKED) decides who books what.  What
+ * must never happen is a waiting frame left below its layer's hint, where
+ * no scan would find it.  So:
  *
  * - a hint is raised only when a transaction that booked frames commits,
  *	 to the lowest number it booked in that layer, and only if no frame of
