@@ -356,8 +356,10 @@ frameq_proc_after_insert(PG_FUNCTION_ARGS)
 	rows = tuplestore_tuple_count(trigdata->tg_newtable);
 	if (rows == 0)
 		return PointerGetDatum(NULL);
-	if (rows > MaxAllocSize / sizeof(Datum))
-		elog(ERROR, "frameq: too many procs in one insert");
+	if (rows > MaxAllocSize / sizeof(HostTake))
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("too many procs in one insert: %lld", (long long) rows)));
 	for (int c = 0; c < 9; c++)
 		run_cols[c] = palloc(sizeof(Datum) * rows);
 	hosts = palloc(sizeof(HostTake) * rows);
