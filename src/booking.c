@@ -61,6 +61,7 @@ static LocalTransactionId precharged_lxid = InvalidLocalTransactionId;
 
 #define MAX_LAYER_LIMITS 12		/* plus subscription, folder, job: 15 items */
 #define JOB_BATCH 32
+#define FRAME_BATCH 32			/* frames charged and claimed per statement */
 
 typedef struct ShowCandidate
 {
@@ -689,8 +690,14 @@ book_layer(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
 		bool		more;
 		BookResult	stop;
 
-		/* no more frames than the free cores could take */
+		/*
+		 * No more frames than the free cores could take, and at most
+		 * FRAME_BATCH per statement: the caps are charged before the layer
+		 * is known to have the frames, and a concurrent booking may skip a
+		 * cap that is full only until the surplus is given back.
+		 */
 		want = Min(want, st->host.idle_cc / layer->min_cc);
+		want = Min(want, FRAME_BATCH);
 		if (want <= 0)
 			break;
 		stop = book_frames(st, show, job, layer, want, &more);

@@ -10,7 +10,7 @@
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(38);
+SELECT plan(41);
 
 SELECT frameq.create_allocation('t31.pool') AS alloc \gset
 SELECT frameq.create_show('t31show') AS show \gset
@@ -124,6 +124,21 @@ SELECT is((SELECT (used_cc, running) FROM frameq.ledger() WHERE kind = 'job' AND
 SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host3), 6400 - 500,
 		  'the host gave up the room of 5 frames');
 SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean after charges were given back');
+
+/* more than 32 frames from one layer: 32 per statement, then the rest */
+SELECT frameq.set_job(:j_two, paused => true) \g /dev/null
+SELECT frameq.set_job(:j_capped, paused => true) \g /dev/null
+SELECT frameq.submit($${"show": "t31show", "name": "forty", "priority": 70,
+	"layers": [{"name": "l", "command": "c", "range": "1-40"}]}$$) AS j_forty \gset
+SELECT frameq.register_host('t31-h4', 't31.pool', 64, 68719476736) AS tok4 \gset
+SELECT epoch AS epoch4 FROM frameq.attach('t31-h4', :'tok4', 'boot-1') \gset
+UPDATE fqtest.proc_inserts SET n = 0;
+SELECT is((SELECT array_agg(frame_number ORDER BY frame_number)
+			 FROM frameq.reserve('t31-h4', :'tok4', :epoch4, 40)),
+		  (SELECT array_agg(g) FROM generate_series(1, 40) g),
+		  'reserve(max_frames 40) books all 40 frames of a layer');
+SELECT is((SELECT n FROM fqtest.proc_inserts), 2, 'in two statements: 32 frames, then 8');
+SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean after a 40-frame reserve');
 
 -- ------------------------------- what foreign keys would guard, kept
 
