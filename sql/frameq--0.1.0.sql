@@ -144,7 +144,7 @@ CREATE TABLE frameq.frame (
 				CHECK (state IN ('waiting', 'depend', 'running', 'succeeded', 'dead', 'eaten')),
 	retries		int NOT NULL DEFAULT 0 CHECK (retries >= 0),
 	attempts	int NOT NULL DEFAULT 0 CHECK (attempts >= 0),
-	version		bigint NOT NULL DEFAULT 0,	/* fences state changes */
+	version		bigint NOT NULL DEFAULT 0,	/* counts state changes */
 	UNIQUE (layer, number)
 );
 /* the next waiting frame of a layer, without reading the rest of the backlog */

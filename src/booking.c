@@ -448,7 +448,9 @@ book_frames(ReserveState *st, const ShowCandidate *show, const JobCandidate *job
 
 		/*
 		 * The waiting frames are locked by an initplan and updated by
-		 * primary key: no join for a generic plan to get wrong.
+		 * primary key: no join for a generic plan to get wrong.  The row
+		 * lock keeps them waiting until the update; the outer test says so
+		 * in the statement itself.
 		 */
 		claim_plan = frameq_prepare("UPDATE frameq.frame"
 									"   SET state = 'running', version = version + 1,"
@@ -457,6 +459,7 @@ book_frames(ReserveState *st, const ShowCandidate *show, const JobCandidate *job
 									"         WHERE layer = $1 AND state = 'waiting' AND number >= $3"
 									"         ORDER BY number LIMIT $2"
 									"           FOR UPDATE SKIP LOCKED))"
+									"   AND state = 'waiting'"
 									" RETURNING id, number",
 									3, types);
 	}

@@ -63,26 +63,20 @@ SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean after a 16-fra
 
 -- --------------------------------------- a direct INSERT of several procs
 
+/*
+ * A direct INSERT of procs for frames N1 and N2 of a job, as reserve() would
+ * make them (the frames are started in the same statement): job, N1, N2,
+ * proc id base (plus the frame number), host, epoch, show, allocation, cores_cc
+ */
+\set insert_two 'WITH f AS (UPDATE frameq.frame fr SET state = $q$running$q$, attempts = attempts + 1, version = version + 1 WHERE fr.job = %1$s AND fr.number IN (%2$s, %3$s) RETURNING fr.id, fr.job, fr.layer, fr.number) INSERT INTO frameq.proc (id, frame, host, epoch, job, layer, show, allocation, cores_cc, memory, gpus, gpu_memory) SELECT %4$s + f.number, f.id, %5$s, %6$s, f.job, f.layer, %7$s, %8$s, %9$s, 0, 0, 0 FROM f'
+
 /* two procs of 2 cores each do not fit a host with 3 idle cores together */
-SELECT * FROM fqtest.refuses(format(
-	$$WITH f AS (UPDATE frameq.frame fr SET state = 'running', attempts = attempts + 1,
-					version = version + 1
-				  WHERE fr.job = %s AND fr.number IN (1, 2) RETURNING fr.id, fr.job, fr.layer, fr.number)
-	  INSERT INTO frameq.proc (id, frame, host, epoch, job, layer, show, allocation,
-							   cores_cc, memory, gpus, gpu_memory)
-	  SELECT 931000 + f.number, f.id, %s, %s, f.job, f.layer, %s, %s, 200, 0, 0, 0 FROM f$$,
-	:j_direct, :host2, :epoch2, :show, :alloc),
+SELECT * FROM fqtest.refuses(format(:'insert_two', :j_direct, 1, 2, 931000, :host2, :epoch2, :show, :alloc, 200),
 	'FQ005', 'host % has no room for the procs inserted',
 	'a direct INSERT of two procs that fit the host only one at a time is refused with FQ005');
 
-SELECT fqtest.attempt(format(
-	$$WITH f AS (UPDATE frameq.frame fr SET state = 'running', attempts = attempts + 1,
-					version = version + 1
-				  WHERE fr.job = %s AND fr.number IN (3, 4) RETURNING fr.id, fr.job, fr.layer, fr.number)
-	  INSERT INTO frameq.proc (id, frame, host, epoch, job, layer, show, allocation,
-							   cores_cc, memory, gpus, gpu_memory)
-	  SELECT 932000 + f.number, f.id, %s, %s, f.job, f.layer, %s, %s, 100, 0, 0, 0 FROM f$$,
-	:j_direct, :host2, :epoch2, :show, :alloc)) AS two_insert \gset
+SELECT fqtest.attempt(format(:'insert_two', :j_direct, 3, 4, 932000, :host2, :epoch2, :show, :alloc, 100))
+	AS two_insert \gset
 SELECT is(:'two_insert'::text, 'ok', 'a direct INSERT of two procs that fit together is accepted');
 SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host2), 100,
 		  'the host''s idle cores dropped by both procs');
