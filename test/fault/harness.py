@@ -40,7 +40,7 @@ import psycopg2
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 AGENT = os.path.join(REPO, "agent", "frameq-agent")
-PGBIN = "/usr/lib/postgresql/15/bin"
+PGBIN = os.environ.get("FRAMEQ_PGBIN", "/usr/lib/postgresql/15/bin")
 PY = "/usr/bin/python3"
 
 TTL = 3.0           # frameq.lease_ttl
