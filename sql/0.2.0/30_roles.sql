@@ -108,12 +108,12 @@ CREATE FUNCTION frameq.revoke_show(show text, role text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
 	DELETE FROM frameq.show_grant g
-	 WHERE g.show = frameq._show_id(show) AND g.role = frameq._role_oid(role);
+	 WHERE g.show = frameq._show_id(revoke_show.show) AND g.role = frameq._role_oid(revoke_show.role);
 END
 $$;
 
 CREATE VIEW frameq.show_grants AS
-SELECT s.name AS show, coalesce(r.rolname, g.role::text) AS role, g.granted_at
+SELECT s.name AS show, coalesce(r.rolname::text, g.role::text) COLLATE "default" AS role, g.granted_at
   FROM frameq.show_grant g
   JOIN frameq.show s ON s.id = g.show
   LEFT JOIN pg_catalog.pg_roles r ON r.oid = g.role;
