@@ -691,6 +691,18 @@ END
 $$;
 
 /*
+ * For the rest of the calling function (which must carry a SET lock_timeout
+ * clause, so that this ends with it): wait at most frameq.lock_wait for any
+ * lock, then fail with 55P03.  For the agent's calls, whose waits a role
+ * outside frameq_admin could otherwise make unbounded.
+ */
+CREATE FUNCTION frameq._bound_lock_waits() RETURNS void
+LANGUAGE sql VOLATILE AS $$
+	SELECT pg_catalog.set_config('lock_timeout',
+		coalesce(pg_catalog.current_setting('frameq.lock_wait', true), '1s'), true)
+$$;
+
+/*
  * ---------------------------------------------------------------------
  * Host agent: attach and heartbeat
  * ---------------------------------------------------------------------
@@ -705,6 +717,8 @@ DECLARE
 	h frameq.host := frameq._host_lock(host, token);
 	p record;
 BEGIN
+	/* a reboot's releases and the kill orders wait at most frameq.lock_wait for others' locks */
+	PERFORM frameq._bound_lock_waits();
 	PERFORM frameq._not_null(boot_id, 'boot_id');
 	PERFORM frameq._bounded(boot_id, 'boot_id', 200);
 	IF boot_id = '' THEN
@@ -774,17 +788,36 @@ BEGIN
 				  HINT = 'The agent must stop its renders and call frameq.attach() again.';
 	END IF;
 
-	/* kill orders the host no longer lists are confirmed dead */
-	FOR p IN SELECT x.id, x.want_state FROM frameq.proc x
-			  WHERE x.host = h.id AND x.state = 'killing' AND x.id <> ALL (heartbeat.running) LOOP
-		PERFORM frameq._release(p.id, 'killed', p.want_state);
-	END LOOP;
-	/* bookings the host has demonstrably seen and no longer runs were lost */
-	FOR p IN SELECT x.id FROM frameq.proc x
-			  WHERE x.host = h.id AND x.state = 'running' AND x.epoch = h.epoch
-				AND x.booked_at < h.last_renewal_at AND x.id <> ALL (heartbeat.running) LOOP
-		PERFORM frameq._release(p.id, 'lost_by_agent', 'waiting');
-	END LOOP;
+	/*
+	 * Confirm kills and losses.  A row lock held outside frameq_admin (a
+	 * submitter's open kill_frame, a render's fence) must not hold up the
+	 * renewal below: procs locked by others are skipped, and a release
+	 * that still meets a lock gives up after frameq.lock_wait; the next
+	 * heartbeat confirms what this one could not.
+	 */
+	IF EXISTS (SELECT 1 FROM frameq.proc x
+				WHERE x.host = h.id AND x.id <> ALL (heartbeat.running)
+				  AND (x.state = 'killing'
+					   OR (x.epoch = h.epoch AND x.booked_at < h.last_renewal_at))) THEN
+		BEGIN
+			PERFORM frameq._bound_lock_waits();
+			/* kill orders the host no longer lists are confirmed dead */
+			FOR p IN SELECT x.id, x.want_state FROM frameq.proc x
+					  WHERE x.host = h.id AND x.state = 'killing' AND x.id <> ALL (heartbeat.running)
+					  FOR UPDATE SKIP LOCKED LOOP
+				PERFORM frameq._release(p.id, 'killed', p.want_state);
+			END LOOP;
+			/* bookings the host has demonstrably seen and no longer runs were lost */
+			FOR p IN SELECT x.id FROM frameq.proc x
+					  WHERE x.host = h.id AND x.state = 'running' AND x.epoch = h.epoch
+						AND x.booked_at < h.last_renewal_at AND x.id <> ALL (heartbeat.running)
+					  FOR UPDATE SKIP LOCKED LOOP
+				PERFORM frameq._release(p.id, 'lost_by_agent', 'waiting');
+			END LOOP;
+		EXCEPTION WHEN lock_not_available THEN
+			RAISE LOG 'frameq: heartbeat of host "%" left its releases to the next heartbeat: a row it needs is locked by another session', h.name;
+		END;
+	END IF;
 	/* anything listed that is not live here and now is a zombie: kill it */
 	zombies := ARRAY(SELECT r FROM unnest(heartbeat.running) r
 					  WHERE NOT EXISTS (SELECT 1 FROM frameq.proc x

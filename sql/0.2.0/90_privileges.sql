@@ -25,6 +25,10 @@ BEGIN
 END
 $$;
 
+/* frameq._bound_lock_waits() sets lock_timeout for the rest of these only */
+ALTER FUNCTION frameq.attach(text, text, text) SET lock_timeout = 0;
+ALTER FUNCTION frameq.heartbeat(text, text, bigint, bigint[]) SET lock_timeout = 0;
+
 /*
  * The entry points run as the extension's owner (the tables are not
  * writable by anyone else); every other function is internal.  New
