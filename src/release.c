@@ -705,6 +705,8 @@ frameq_proc_guard_update(PG_FUNCTION_ARGS)
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		elog(ERROR, "frameq_proc_guard_update: not called by trigger manager");
+	/* a kill order nothing would deliver: refuse it like every other change */
+	frameq_require_preload();
 
 	for (int i = 0; i < (int) lengthof(frozen); i++)
 	{

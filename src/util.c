@@ -256,6 +256,8 @@ frameq_lock_host_sql(PG_FUNCTION_ARGS)
 {
 	int32		wait_ms;
 
+	/* every caller goes on to use shared memory: say what is missing now */
+	frameq_require_preload();
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
