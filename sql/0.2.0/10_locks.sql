@@ -112,6 +112,16 @@ LANGUAGE sql STABLE AS $$
 		   pg_catalog.current_setting('frameq.lease_margin')::pg_catalog.interval
 $$;
 
+/* after a start or a clock jump: every current lease runs a full ttl from now */
+CREATE OR REPLACE FUNCTION frameq._rearm_leases() RETURNS bigint
+LANGUAGE sql AS $$
+	WITH r AS (
+		UPDATE frameq.host
+		   SET lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) frameq._lease_ttl()
+		 WHERE lease_expires_at IS NOT NULL RETURNING 1)
+	SELECT pg_catalog.count(*) FROM r
+$$;
+
 /*
  * Hosts whose last renewal (or "since", the server's start or last clock
  * jump, if later) is more than a lease period old have lost their lease:

@@ -19,7 +19,7 @@
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(26);
+SELECT plan(28);
 
 SELECT frameq.create_allocation('t41.pool') AS alloc \gset
 SELECT frameq.create_show('t41show') AS show \gset
@@ -30,7 +30,7 @@ SELECT id AS host1 FROM frameq.host WHERE name = 't41-h1' \gset
 SELECT epoch FROM frameq.attach('t41-h1', :'tok', 'boot-1') \gset
 SELECT epoch AS epoch2 FROM frameq.attach('t41-h2', :'tok2', 'boot-1') \gset
 SELECT frameq.submit($${"show": "t41show", "name": "j",
-	"layers": [{"name": "l", "command": "c", "range": "1-3"}]}$$) AS job \gset
+	"layers": [{"name": "l", "command": "c", "range": "1-5"}]}$$) AS job \gset
 
 -- ------------------------------------------------------------ run secrets
 
@@ -99,6 +99,15 @@ UPDATE frameq.host SET retired_at = clock_timestamp() WHERE name = 't41-h2';
 SELECT fqtest.throws_like(format($$SELECT * FROM frameq.reserve('t41-h2', %L, %s)$$, :'tok2', :epoch2),
 						  '42704', 'host "t41-h2" is not registered',
 						  'a retired host''s name and token no longer book');
+
+-- ------------------------------- a booking type older or newer than the library
+
+ALTER TYPE frameq.booking DROP ATTRIBUTE run_secret;
+SELECT is((SELECT count(*)::int FROM frameq.reserve('t41-h1', :'tok', :epoch, 1)), 1,
+		  'without run_secret in frameq.booking, reserve() still books');
+ALTER TYPE frameq.booking ADD ATTRIBUTE run_secret text;
+SELECT is((SELECT run_secret = frameq._run_secret(proc) FROM frameq.reserve('t41-h1', :'tok', :epoch, 1)), true,
+		  'with run_secret after a dropped attribute, reserve() fills it by name');
 
 SELECT * FROM finish();
 ROLLBACK;
