@@ -104,6 +104,7 @@ frameq_host_load(int32 host_id, FrameqHost *host)
  * An agent acting on bookings must hold the current lease: the epoch it
  * got from attach() and a lease that has not run out.  A lapsed lease is
  * never revived here: the agent must kill its work and attach again.
+ * "name" is quoted as given: callers pass it through frameq_clip_text().
  */
 void
 frameq_host_check_epoch(const FrameqHost *host, const char *name, int64 epoch)
