@@ -197,13 +197,42 @@ run_step(const char *sql, int nargs, Oid *types, Datum *args)
 	return isnull ? 0 : DatumGetInt64(d);
 }
 
-/* one round, in one transaction: re-arm after start or a clock jump, expire, send */
+/*
+ * The worker's session settings.  search_path: the worker runs as the
+ * bootstrap superuser, so no name it resolves may come from a schema other
+ * roles can create objects in (frameq's functions pin their own path too).
+ * lock_timeout: a backstop so that no lock held by another session, of any
+ * role, can stop the worker for longer than frameq.lock_wait; the steps
+ * themselves skip a host whose locks they cannot get in that time.
+ */
 static void
-worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire)
+worker_session_settings(void)
 {
-	bool		installed;
-	int64		expired = 0;
-	int64		sent = 0;
+	char		buf[32];
+
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+	snprintf(buf, sizeof(buf), "%d", frameq_lock_wait);
+	SetConfigOption("lock_timeout", buf, PGC_SUSET, PGC_S_OVERRIDE);
+}
+
+/* the steps of a round */
+typedef enum WorkerStep
+{
+	STEP_REARM,
+	STEP_EXPIRE,
+	STEP_SEND_KILLS
+} WorkerStep;
+
+/*
+ * Run one step in a transaction of its own; returns the count it reports.
+ * Each step has its own transaction so that one that fails (say the
+ * re-arm, on a host row another session keeps locked past lock_timeout)
+ * does not take the others with it.
+ */
+static int64
+worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now)
+{
+	int64		result = 0;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -212,25 +241,25 @@ worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "frameq worker: leases and kill orders");
 
-	installed = run_step("SELECT (to_regclass('frameq.host') IS NOT NULL"
-						 "        AND to_regprocedure('frameq._expire_leases(timestamptz,timestamptz)') IS NOT NULL)::int::int8",
-						 0, NULL, NULL) != 0;
-	if (installed)
+	if (run_step("SELECT (to_regclass('frameq.host') IS NOT NULL"
+				 "        AND to_regprocedure('frameq._expire_leases(timestamptz,timestamptz)') IS NOT NULL)::int::int8",
+				 0, NULL, NULL) != 0)
 	{
-		if (rearm)
-			run_step("SELECT frameq._rearm_leases()", 0, NULL, NULL);
-		if (expire)
+		if (step == STEP_REARM)
+			result = run_step("SELECT frameq._rearm_leases()", 0, NULL, NULL);
+		else if (step == STEP_EXPIRE)
 		{
 			Oid			types[2] = {TIMESTAMPTZOID, TIMESTAMPTZOID};
 			Datum		args[2] = {TimestampTzGetDatum(leases_since), TimestampTzGetDatum(now)};
 
-			expired = run_step("SELECT frameq._expire_leases($1, $2)", 2, types, args);
+			result = run_step("SELECT frameq._expire_leases($1, $2)", 2, types, args);
 		}
+		else
 		{
 			Oid			types[1] = {INT4OID};
 			Datum		args[1] = {Int32GetDatum(frameq_kill_resend_interval)};
 
-			sent = run_step("SELECT frameq._send_kills($1)", 1, types, args);
+			result = run_step("SELECT frameq._send_kills($1)", 1, types, args);
 		}
 	}
 
@@ -239,11 +268,69 @@ worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire)
 	CommitTransactionCommand();
 	pgstat_report_stat(true);
 	pgstat_report_activity(STATE_IDLE, NULL);
+	return result;
+}
+
+/*
+ * A step that fails (an error no SQL step caught) is logged and abandoned;
+ * the others, and the next round a second later, run as usual, so one
+ * failure cannot stop leases of other hosts from expiring (as a worker
+ * exit and restart would, for bgw_restart_time).  Returns whether the
+ * step completed.
+ */
+static bool
+worker_step_guarded(WorkerStep step, TimestampTz leases_since, TimestampTz now,
+					int64 *result)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	volatile bool ok = true;
+
+	*result = 0;
+	PG_TRY();
+	{
+		*result = worker_step(step, leases_since, now);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(oldcontext);
+		HOLD_INTERRUPTS();
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		RESUME_INTERRUPTS();
+		pgstat_report_activity(STATE_IDLE, NULL);
+		elog(LOG, "frameq worker: a step of this round failed; the next round runs as usual");
+		ok = false;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(oldcontext);
+	return ok;
+}
+
+/*
+ * One round: re-arm after start or a clock jump, expire, send.  Returns
+ * whether a wanted re-arm is done (if not, the next round tries again;
+ * expiry need not wait for it: a start or a clock jump also moved
+ * leases_since, before which no lease counts).
+ */
+static bool
+worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire)
+{
+	int64		expired = 0;
+	int64		sent = 0;
+	int64		rearmed = 0;
+	bool		rearm_done = true;
+
+	if (rearm)
+		rearm_done = worker_step_guarded(STEP_REARM, leases_since, now, &rearmed);
+	if (expire)
+		(void) worker_step_guarded(STEP_EXPIRE, leases_since, now, &expired);
+	(void) worker_step_guarded(STEP_SEND_KILLS, leases_since, now, &sent);
 
 	if (expired > 0)
 		elog(LOG, "frameq worker: %lld host lease(s) expired; their procs were released",
 			 (long long) expired);
-	(void) sent;
+	return rearm_done;
 }
 
 /* a worker that exits must not leave its latch to be set by others */
@@ -268,6 +355,7 @@ frameq_worker_main(Datum main_arg)
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(frameq_database, NULL, 0);
 	pgstat_report_appname("frameq worker");
+	worker_session_settings();
 
 	/*
 	 * The first worker since shared memory was set up opens the quarantine;
@@ -312,6 +400,7 @@ frameq_worker_main(Datum main_arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			worker_session_settings();	/* frameq.lock_wait may have moved */
 		}
 
 		/* did the wall clock jump?  then count every lease from now */
@@ -338,8 +427,8 @@ frameq_worker_main(Datum main_arg)
 		until = FrameqWorker->quarantine_until;
 		SpinLockRelease(&FrameqWorker->mutex);
 
-		worker_round(rearm, since, wall_now, wall_now >= until || !frameq_quarantine);
-		rearm = false;
+		if (worker_round(rearm, since, wall_now, wall_now >= until || !frameq_quarantine))
+			rearm = false;
 
 		/* wake for the next resend, and at least every second for expiry */
 		timeout = Min(frameq_kill_resend_interval, 1000);
