@@ -25,9 +25,11 @@
 # its frame back to waiting with a host_lost run).  The attacker must not
 # be superuser and no trap may have run.
 #
-# On the landed 0.1.0 (ESCALATION_VERSION=0.1.0 installs it for a
-# negative-control run; the extension is reinstalled at its default
-# version afterwards) the attacker is superuser within a second or two.
+# On the landed build, 588c689 (library and SQL), the attacker is
+# superuser within a second or two.  ESCALATION_VERSION=0.1.0 installs the
+# 0.1.0 SQL for such a negative-control run (the extension is reinstalled
+# at its default version afterwards); it shows the attack only with
+# 588c689's library loaded, since this build's worker pins its own path.
 #
 # Runs on test/run's shared cluster; the settings, roles and objects it
 # makes are removed on exit.  Needs python3-psycopg2 (Debian).

@@ -77,8 +77,14 @@ def spec(name, frames, **extra):
     return json.dumps(dict(show="upg", name=name, layers=[layer], **extra))
 
 def reserve(h, n):
-    got = q("SELECT proc, frame FROM frameq.reserve(%s, %s, %s, %s) ORDER BY frame",
-            h["name"], h["token"], h["epoch"], n)
+    # Between a restart on this build's library and ALTER EXTENSION UPDATE,
+    # agents keep booking against the 0.1.0 schema: that must work.
+    try:
+        got = q("SELECT proc, frame FROM frameq.reserve(%s, %s, %s, %s) ORDER BY frame",
+                h["name"], h["token"], h["epoch"], n)
+    except psycopg2.Error as e:
+        bail("reserve on a database still at 0.1.0, with this build's library loaded, failed: %s %s"
+             % (e.pgcode, (e.pgerror or "").strip().replace("\n", " | ")))
     h["procs"] += [p for p, f in got]
     return got
 
