@@ -32,8 +32,8 @@ SELECT * FROM fqtest.refuses($$SELECT frameq.create_allocation('')$$, '22023', '
 	'create_allocation refuses an empty name with 22023');
 SELECT * FROM fqtest.refuses($$SELECT frameq.create_allocation('lon general')$$, '22023', '%not a valid name%',
 	'create_allocation refuses a name with a space with 22023');
-SELECT * FROM fqtest.refuses(format('SELECT frameq.create_allocation(%L)', repeat('a', 101)), '22023',
-	'%not a valid name%', 'create_allocation refuses a 101-character name with 22023');
+SELECT * FROM fqtest.refuses(format('SELECT frameq.create_allocation(%L)', repeat('a', 101)), '54000',
+	'name is too large%', 'create_allocation refuses a 101-character name with 54000');
 
 -- ------------------------------------------------------------------ shows
 
@@ -80,8 +80,8 @@ SELECT * FROM fqtest.refuses($$SELECT frameq.set_subscription(NULL, 't01.lon', 1
 	'show must not be null', 'set_subscription refuses a null show with 22004');
 SELECT * FROM fqtest.refuses($$SELECT frameq.set_subscription('t01show', 't01.lon', -1, 1)$$, '22023',
 	'size %', 'set_subscription refuses a negative size with 22023');
-SELECT * FROM fqtest.refuses($$SELECT frameq.set_subscription('t01show', 't01.lon', 1, 10000001)$$, '22023',
-	'burst %', 'set_subscription refuses an absurd burst of 10000001 cores with 22023');
+SELECT * FROM fqtest.refuses($$SELECT frameq.set_subscription('t01show', 't01.lon', 1, 10000001)$$, '54000',
+	'burst %', 'set_subscription refuses an absurd burst of 10000001 cores with 54000');
 SELECT * FROM fqtest.refuses($$SELECT frameq.set_subscription('t01show', 't01.lon', 1.005, 2)$$, '22023',
 	'size %', 'set_subscription refuses cores with three decimals with 22023');
 
@@ -141,8 +141,8 @@ SELECT * FROM fqtest.refuses(format('SELECT frameq.set_folder_limits(%s, -0.5, 1
 	'max_cores %', 'set_folder_limits refuses negative max_cores with 22023');
 SELECT * FROM fqtest.refuses(format('SELECT frameq.set_folder_limits(%s, 1, -2)', :folder), '22023',
 	'max_gpus %', 'set_folder_limits refuses negative max_gpus with 22023');
-SELECT * FROM fqtest.refuses(format('SELECT frameq.set_folder_limits(%s, 10000001, 1)', :folder), '22023',
-	'max_cores %', 'set_folder_limits refuses an absurd 10000001 cores with 22023');
+SELECT * FROM fqtest.refuses(format('SELECT frameq.set_folder_limits(%s, 10000001, 1)', :folder), '54000',
+	'max_cores %', 'set_folder_limits refuses an absurd 10000001 cores with 54000');
 
 -- ----------------------------------------------------------------- limits
 
@@ -166,8 +166,8 @@ SELECT * FROM fqtest.refuses($$SELECT frameq.create_limit(NULL, 1)$$, '22004', N
 	'create_limit refuses a null name with 22004');
 SELECT * FROM fqtest.refuses($$SELECT frameq.create_limit('t01.x', -1)$$, '22023', 'max_running %',
 	'create_limit refuses a negative max_running with 22023');
-SELECT * FROM fqtest.refuses($$SELECT frameq.create_limit('t01.x', 10000001)$$, '22023', 'max_running %',
-	'create_limit refuses an absurd max_running with 22023');
+SELECT * FROM fqtest.refuses($$SELECT frameq.create_limit('t01.x', 10000001)$$, '54000', 'max_running %',
+	'create_limit refuses an absurd max_running with 54000');
 SELECT * FROM fqtest.refuses($$SELECT frameq.create_limit('t01 x', 1)$$, '22023', '%not a valid name%',
 	'create_limit refuses a bad name with 22023');
 SELECT * FROM fqtest.refuses($$SELECT frameq.set_limit('t01.nope', 1)$$, '42704',
@@ -224,8 +224,8 @@ SELECT * FROM fqtest.refuses($$SELECT frameq.register_host('t01-h3', 't01.lon', 
 	'cores %', 'register_host refuses negative cores with 22023');
 SELECT * FROM fqtest.refuses($$SELECT frameq.register_host('t01-h3', 't01.lon', 1.001, 1)$$, '22023',
 	'cores must be a multiple of 0.01%', 'register_host refuses cores with three decimals with 22023');
-SELECT * FROM fqtest.refuses($$SELECT frameq.register_host('t01-h3', 't01.lon', 100001, 1)$$, '22023',
-	'cores is absurdly large%', 'register_host refuses an absurd 100001 cores with 22023');
+SELECT * FROM fqtest.refuses($$SELECT frameq.register_host('t01-h3', 't01.lon', 100001, 1)$$, '54000',
+	'cores is too large%', 'register_host refuses an absurd 100001 cores with 54000');
 SELECT * FROM fqtest.refuses($$SELECT frameq.register_host('t01-h3', 't01.lon', 1, -1)$$, '22023',
 	'memory %', 'register_host refuses negative memory with 22023');
 SELECT * FROM fqtest.refuses($$SELECT frameq.register_host('t01-h3', 't01.lon', 1, 0)$$, '22023',

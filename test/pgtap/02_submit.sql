@@ -176,7 +176,7 @@ SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name":
 	"layers": [{"name": "a", "command": "c", "range": ""}]}')$$, '22023', '%spec.layers[0].range%',
 	'submit refuses an empty range and names spec.layers[0].range');
 SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1-2000000"}]}')$$, '22023', '%spec.layers[0].range%',
+	"layers": [{"name": "a", "command": "c", "range": "1-2000000"}]}')$$, '54000', '%spec.layers[0].range%',
 	'submit refuses a range of two million frames and names spec.layers[0].range');
 SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
 	"layers": [{"name": "a", "command": "c", "range": "1-3"}, {"name": "b", "command": "c", "range": "3-"}]}')$$,
@@ -213,7 +213,7 @@ SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name":
 	"layers": [{"name": "a", "command": "c", "range": "1", "cores": 1.005}]}')$$, '22023',
 	'%spec.layers[0].cores%', 'submit refuses cores with three decimals');
 SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1", "cores": 100001}]}')$$, '22023',
+	"layers": [{"name": "a", "command": "c", "range": "1", "cores": 100001}]}')$$, '54000',
 	'%spec.layers[0].cores%', 'submit refuses an absurd 100001 cores');
 SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
 	"layers": [{"name": "a", "command": "c", "range": "1", "memory": -1}]}')$$, '22023',

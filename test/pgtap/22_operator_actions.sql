@@ -130,8 +130,8 @@ SELECT * FROM fqtest.refuses(format($$SELECT frameq.kill_frame(%s, NULL)$$, :fr)
 	'kill_frame of a running frame with a null reason raises 22004 and orders nothing killed');
 SELECT * FROM fqtest.refuses(format($$SELECT frameq.kill_frame(%s, '')$$, :fr), '22023', NULL,
 	'kill_frame with an empty reason raises 22023');
-SELECT * FROM fqtest.refuses(format($$SELECT frameq.kill_frame(%s, repeat('x', 501))$$, :fr), '22023', NULL,
-	'kill_frame with a reason of 501 characters raises 22023');
+SELECT * FROM fqtest.refuses(format($$SELECT frameq.kill_frame(%s, repeat('x', 501))$$, :fr), '54000', NULL,
+	'kill_frame with a reason of 501 characters raises 54000');
 SELECT * FROM fqtest.refuses($$SELECT frameq.retry_frame(NULL)$$, '22004', NULL, 'retry_frame(NULL) raises 22004');
 SELECT * FROM fqtest.refuses($$SELECT frameq.retry_frame(999999999999)$$, '42704', NULL, 'retry_frame of an unknown frame raises 42704');
 SELECT * FROM fqtest.refuses($$SELECT frameq.eat_frame(NULL)$$, '22004', NULL, 'eat_frame(NULL) raises 22004');
