@@ -5,8 +5,10 @@
  * unicode, unknown and retired objects.  Each case must fail with its own
  * SQLSTATE (never XX000 or a bare P0001), change nothing, leave check()
  * clean and quote at most 64 characters of what it was given; see
- * include/adversarial.psql.  Too big is 54000, malformed 22023, NULL 22004,
- * unknown 42704 (doc/reference.md, doc/security.md).
+ * include/adversarial.psql.  Past a bound (a name, tag or text too long, a
+ * number above its maximum) is 54000, malformed (wrong form, negative, NaN,
+ * below a minimum) 22023, NULL 22004, unknown 42704 (doc/reference.md,
+ * doc/security.md "Bounded inputs").
  *
  * Cases marked "(assumed)" pin a code the documents do not name; the rest
  * are required.
@@ -14,7 +16,7 @@
 BEGIN;
 \ir include/adversarial.psql
 
-SELECT plan(3 + 2 * 148);
+SELECT plan(3 + 2 * 153);
 SELECT * FROM fqadv.farm_checks();
 
 -- ------------------------------------------------------- create_allocation
@@ -26,14 +28,14 @@ SELECT r FROM (VALUES
 	($$SELECT frameq.create_allocation(E'a\nb')$$, '22023', 'create_allocation: name with a newline'),
 	($$SELECT frameq.create_allocation(E'a\x01b')$$, '22023', 'create_allocation: name with \x01'),
 	($$SELECT frameq.create_allocation('pööl')$$, '22023', 'create_allocation: unicode name'),
-	($$SELECT frameq.create_allocation(repeat('a', 101))$$, '22023', 'create_allocation: 101-character name'),
-	($$SELECT frameq.create_allocation(repeat('a', 10485760))$$, '22023', 'create_allocation: 10 MB name'),
+	($$SELECT frameq.create_allocation(repeat('a', 101))$$, '54000', 'create_allocation: 101-character name'),
+	($$SELECT frameq.create_allocation(repeat('a', 10485760))$$, '54000', 'create_allocation: 10 MB name'),
 	($$SELECT frameq.create_allocation('adv.pool')$$, '42710', 'create_allocation: existing name'),
 	($$SELECT frameq.create_allocation('adv.t1', '')$$, '22023', 'create_allocation: empty tag'),
 	($$SELECT frameq.create_allocation('adv.t2', repeat('t', 65))$$, '54000', 'create_allocation: 65-character tag'),
 	($$SELECT frameq.create_allocation('adv.t3', repeat('t', 1048576))$$, '54000', 'create_allocation: 1 MB tag'),
 	($$SELECT frameq.create_allocation('adv.t4', repeat('t', 10485760))$$, '54000', 'create_allocation: 10 MB tag'),
-	($$SELECT frameq.create_allocation('adv.t5', E'a\nb')$$, '22023', 'create_allocation: tag with a newline (assumed)')
+	($$SELECT frameq.create_allocation('adv.t5', E'a\nb')$$, '22023', 'create_allocation: tag with a newline')
 ) AS c(call, expected, label), LATERAL fqadv.expect('adv_admin', c.call, c.expected, c.label) r;
 
 -- ------------------------------------------------------------- create_show
@@ -47,8 +49,8 @@ SELECT r FROM (VALUES
 	($$SELECT frameq.create_show('a' || chr(8232) || 'b')$$, '22023', 'create_show: name with U+2028'),
 	($$SELECT frameq.create_show('a' || chr(8203) || 'b')$$, '22023', 'create_show: name with a zero-width space'),
 	($$SELECT frameq.create_show('x;drop')$$, '22023', 'create_show: name with a semicolon'),
-	($$SELECT frameq.create_show(repeat('s', 101))$$, '22023', 'create_show: 101-character name'),
-	($$SELECT frameq.create_show(repeat('s', 10485760))$$, '22023', 'create_show: 10 MB name'),
+	($$SELECT frameq.create_show(repeat('s', 101))$$, '54000', 'create_show: 101-character name'),
+	($$SELECT frameq.create_show(repeat('s', 10485760))$$, '54000', 'create_show: 10 MB name'),
 	($$SELECT frameq.create_show('advshow')$$, '42710', 'create_show: existing name')
 ) AS c(call, expected, label), LATERAL fqadv.expect('adv_admin', c.call, c.expected, c.label) r;
 
@@ -63,12 +65,12 @@ SELECT r FROM (VALUES
 	($$SELECT frameq.set_subscription(repeat('s', 10485760), 'adv.pool', 1, 1)$$, '42704', 'set_subscription: 10 MB show'),
 	($$SELECT frameq.set_subscription('advshow', repeat('a', 10485760), 1, 1)$$, '42704', 'set_subscription: 10 MB allocation'),
 	($$SELECT frameq.set_subscription('advshow', 'adv.pool', -1, 1)$$, '22023', 'set_subscription: size -1'),
-	($$SELECT frameq.set_subscription('advshow', 'adv.pool', 1e30, 1e30)$$, '22023', 'set_subscription: size 1e30'),
+	($$SELECT frameq.set_subscription('advshow', 'adv.pool', 1e30, 1e30)$$, '54000', 'set_subscription: size 1e30'),
 	($$SELECT frameq.set_subscription('advshow', 'adv.pool', 'NaN', 1)$$, '22023', 'set_subscription: size NaN'),
 	($$SELECT frameq.set_subscription('advshow', 'adv.pool', 0.001, 1)$$, '22023', 'set_subscription: size 0.001'),
-	($$SELECT frameq.set_subscription('advshow', 'adv.pool', 10000000.01, 1)$$, '22023', 'set_subscription: size above 10 000 000'),
+	($$SELECT frameq.set_subscription('advshow', 'adv.pool', 10000000.01, 1)$$, '54000', 'set_subscription: size above 10 000 000'),
 	($$SELECT frameq.set_subscription('advshow', 'adv.pool', 1, -1)$$, '22023', 'set_subscription: burst -1'),
-	($$SELECT frameq.set_subscription('advshow', 'adv.pool', 1, 'Infinity')$$, '22023', 'set_subscription: burst Infinity'),
+	($$SELECT frameq.set_subscription('advshow', 'adv.pool', 1, 'Infinity')$$, '54000', 'set_subscription: burst Infinity'),
 	($$SELECT frameq.set_subscription('advshow', 'adv.pool', 1, '-Infinity')$$, '22023', 'set_subscription: burst -Infinity'),
 	($$SELECT frameq.set_subscription('advshow', 'adv.pool', 'abc', 1)$$, '22P02', 'set_subscription: size not a number')
 ) AS c(call, expected, label), LATERAL fqadv.expect('adv_admin', c.call, c.expected, c.label) r;
@@ -81,12 +83,12 @@ SELECT r FROM (VALUES
 	($$SELECT frameq.create_folder(repeat('s', 10485760), 'f')$$, '42704', 'create_folder: 10 MB show'),
 	($$SELECT frameq.create_folder('advshow', '')$$, '22023', 'create_folder: empty name'),
 	($$SELECT frameq.create_folder('advshow', E'f\nx')$$, '22023', 'create_folder: name with a newline'),
-	($$SELECT frameq.create_folder('advshow', repeat('f', 10485760))$$, '22023', 'create_folder: 10 MB name'),
+	($$SELECT frameq.create_folder('advshow', repeat('f', 10485760))$$, '54000', 'create_folder: 10 MB name'),
 	($$SELECT frameq.create_folder('advshow', 'f', -1)$$, '22023', 'create_folder: max_cores -1'),
 	($$SELECT frameq.create_folder('advshow', 'f', 'NaN')$$, '22023', 'create_folder: max_cores NaN'),
-	($$SELECT frameq.create_folder('advshow', 'f', 1e30)$$, '22023', 'create_folder: max_cores 1e30'),
+	($$SELECT frameq.create_folder('advshow', 'f', 1e30)$$, '54000', 'create_folder: max_cores 1e30'),
 	($$SELECT frameq.create_folder('advshow', 'f', 1, -1)$$, '22023', 'create_folder: max_gpus -1'),
-	($$SELECT frameq.create_folder('advshow', 'f', 1, 2147483647)$$, '22023', 'create_folder: max_gpus 2^31-1'),
+	($$SELECT frameq.create_folder('advshow', 'f', 1, 2147483647)$$, '54000', 'create_folder: max_gpus 2^31-1'),
 	($$SELECT frameq.create_folder('advshow', 'f', 1, '1e30')$$, '22P02', 'create_folder: max_gpus ''1e30'' as text'),
 	($$SELECT frameq.create_folder('advshow', 'f', 1, '99999999999')$$, '22003', 'create_folder: max_gpus beyond int'),
 	($$SELECT frameq.create_folder('advshow', 'advfolder')$$, '42710', 'create_folder: existing folder')
@@ -100,7 +102,7 @@ SELECT r FROM (VALUES
 	($$SELECT frameq.set_folder_limits({folder1}, -0.01, 1)$$, '22023', 'set_folder_limits: max_cores -0.01'),
 	($$SELECT frameq.set_folder_limits({folder1}, 'NaN', 1)$$, '22023', 'set_folder_limits: max_cores NaN'),
 	($$SELECT frameq.set_folder_limits({folder1}, 1, -1)$$, '22023', 'set_folder_limits: max_gpus -1'),
-	($$SELECT frameq.set_folder_limits({folder1}, 1, 100001)$$, '22023', 'set_folder_limits: max_gpus 100001'),
+	($$SELECT frameq.set_folder_limits({folder1}, 1, 100001)$$, '54000', 'set_folder_limits: max_gpus 100001'),
 	($$SELECT frameq.set_folder_limits('abc', 1, 1)$$, '22P02', 'set_folder_limits: folder not a number')
 ) AS c(call, expected, label), LATERAL fqadv.expect('adv_admin', c.call, c.expected, c.label) r;
 
@@ -109,11 +111,11 @@ SELECT r FROM (VALUES
 	($$SELECT frameq.create_limit(NULL, 1)$$, '22004', 'create_limit: NULL name'),
 	($$SELECT frameq.create_limit('l', NULL)$$, '22004', 'create_limit: NULL max_running'),
 	($$SELECT frameq.create_limit('', 1)$$, '22023', 'create_limit: empty name'),
-	($$SELECT frameq.create_limit(repeat('l', 10485760), 1)$$, '22023', 'create_limit: 10 MB name'),
+	($$SELECT frameq.create_limit(repeat('l', 10485760), 1)$$, '54000', 'create_limit: 10 MB name'),
 	($$SELECT frameq.create_limit(E'l\x01', 1)$$, '22023', 'create_limit: name with \x01'),
 	($$SELECT frameq.create_limit('l', -1)$$, '22023', 'create_limit: max_running -1'),
-	($$SELECT frameq.create_limit('l', 10000001)$$, '22023', 'create_limit: max_running above 10 000 000'),
-	($$SELECT frameq.create_limit('l', 2147483647)$$, '22023', 'create_limit: max_running 2^31-1'),
+	($$SELECT frameq.create_limit('l', 10000001)$$, '54000', 'create_limit: max_running above 10 000 000'),
+	($$SELECT frameq.create_limit('l', 2147483647)$$, '54000', 'create_limit: max_running 2^31-1'),
 	($$SELECT frameq.create_limit('advlim', 1)$$, '42710', 'create_limit: existing limit'),
 	($$SELECT frameq.create_limit('l', '1e6')$$, '22P02', 'create_limit: max_running ''1e6'' as text'),
 	($$SELECT frameq.set_limit(NULL, 1)$$, '22004', 'set_limit: NULL name'),
@@ -121,7 +123,7 @@ SELECT r FROM (VALUES
 	($$SELECT frameq.set_limit('nosuchlimit', 1)$$, '42704', 'set_limit: unknown limit'),
 	($$SELECT frameq.set_limit(repeat('l', 10485760), 1)$$, '42704', 'set_limit: 10 MB name'),
 	($$SELECT frameq.set_limit('advlim', -1)$$, '22023', 'set_limit: max_running -1'),
-	($$SELECT frameq.set_limit('advlim', 2147483647)$$, '22023', 'set_limit: max_running 2^31-1')
+	($$SELECT frameq.set_limit('advlim', 2147483647)$$, '54000', 'set_limit: max_running 2^31-1')
 ) AS c(call, expected, label), LATERAL fqadv.expect('adv_admin', c.call, c.expected, c.label) r;
 
 -- ----------------------------------------------------------- register_host
@@ -137,29 +139,29 @@ SELECT r FROM (VALUES
 	($$SELECT frameq.register_host('', 'adv.pool', 4, 1024)$$, '22023', 'register_host: empty name'),
 	($$SELECT frameq.register_host(E'adv\n-n', 'adv.pool', 4, 1024)$$, '22023', 'register_host: name with a newline'),
 	($$SELECT frameq.register_host('höst', 'adv.pool', 4, 1024)$$, '22023', 'register_host: unicode name'),
-	($$SELECT frameq.register_host(repeat('h', 10485760), 'adv.pool', 4, 1024)$$, '22023', 'register_host: 10 MB name'),
+	($$SELECT frameq.register_host(repeat('h', 10485760), 'adv.pool', 4, 1024)$$, '54000', 'register_host: 10 MB name'),
 	($$SELECT frameq.register_host('adv-n', 'nosuch.pool', 4, 1024)$$, '42704', 'register_host: unknown allocation'),
 	($$SELECT frameq.register_host('adv-n', repeat('a', 10485760), 4, 1024)$$, '42704', 'register_host: 10 MB allocation'),
 	($$SELECT frameq.register_host('adv-h1', 'adv.pool', 4, 1024)$$, '42710', 'register_host: name of a registered host'),
 	($$SELECT frameq.register_host('adv-n', 'adv.pool', 0, 1024)$$, '22023', 'register_host: cores 0'),
 	($$SELECT frameq.register_host('adv-n', 'adv.pool', -1, 1024)$$, '22023', 'register_host: cores -1'),
-	($$SELECT frameq.register_host('adv-n', 'adv.pool', 1e30, 1024)$$, '22023', 'register_host: cores 1e30'),
+	($$SELECT frameq.register_host('adv-n', 'adv.pool', 1e30, 1024)$$, '54000', 'register_host: cores 1e30'),
 	($$SELECT frameq.register_host('adv-n', 'adv.pool', 'NaN', 1024)$$, '22023', 'register_host: cores NaN'),
-	($$SELECT frameq.register_host('adv-n', 'adv.pool', 'Infinity', 1024)$$, '22023', 'register_host: cores Infinity'),
+	($$SELECT frameq.register_host('adv-n', 'adv.pool', 'Infinity', 1024)$$, '54000', 'register_host: cores Infinity'),
 	($$SELECT frameq.register_host('adv-n', 'adv.pool', 0.001, 1024)$$, '22023', 'register_host: cores 0.001'),
-	($$SELECT frameq.register_host('adv-n', 'adv.pool', 100001, 1024)$$, '22023', 'register_host: cores above 100 000'),
+	($$SELECT frameq.register_host('adv-n', 'adv.pool', 100001, 1024)$$, '54000', 'register_host: cores above 100 000'),
 	($$SELECT frameq.register_host('adv-n', 'adv.pool', 4, 0)$$, '22023', 'register_host: memory 0'),
 	($$SELECT frameq.register_host('adv-n', 'adv.pool', 4, -1)$$, '22023', 'register_host: memory -1'),
-	($$SELECT frameq.register_host('adv-n', 'adv.pool', 4, (1::bigint << 50) + 1)$$, '22023', 'register_host: memory above 2^50'),
+	($$SELECT frameq.register_host('adv-n', 'adv.pool', 4, (1::bigint << 50) + 1)$$, '54000', 'register_host: memory above 2^50'),
 	($$SELECT frameq.register_host('adv-n', 'adv.pool', 4, '1e30')$$, '22P02', 'register_host: memory ''1e30'' as text'),
 	($$SELECT frameq.register_host('adv-n', 'adv.pool', 4, 1024, -1)$$, '22023', 'register_host: gpus -1'),
-	($$SELECT frameq.register_host('adv-n', 'adv.pool', 4, 1024, 2147483647)$$, '22023', 'register_host: gpus 2^31-1'),
+	($$SELECT frameq.register_host('adv-n', 'adv.pool', 4, 1024, 2147483647)$$, '54000', 'register_host: gpus 2^31-1'),
 	($$SELECT frameq.register_host('adv-n', 'adv.pool', 4, 1024, 0, -1)$$, '22023', 'register_host: gpu_memory -1'),
 	($$SELECT frameq.register_host('adv-n', 'adv.pool', 4, 1024, 0, 0, '{""}')$$, '22023', 'register_host: empty tag'),
 	($$SELECT frameq.register_host('adv-n', 'adv.pool', 4, 1024, 0, 0, ARRAY(SELECT 't' || i FROM generate_series(1, 65) i))$$, '54000', 'register_host: 65 tags'),
 	($$SELECT frameq.register_host('adv-n', 'adv.pool', 4, 1024, 0, 0, ARRAY[repeat('t', 65)])$$, '54000', 'register_host: 65-character tag'),
 	($$SELECT frameq.register_host('adv-n', 'adv.pool', 4, 1024, 0, 0, ARRAY[repeat('t', 10485760)])$$, '54000', 'register_host: 10 MB tag'),
-	($$SELECT frameq.register_host('adv-n', 'adv.pool', 4, 1024, 0, 0, ARRAY[E'a\nb'])$$, '22023', 'register_host: tag with a newline (assumed)'),
+	($$SELECT frameq.register_host('adv-n', 'adv.pool', 4, 1024, 0, 0, ARRAY[E'a\nb'])$$, '22023', 'register_host: tag with a newline'),
 	($$SELECT frameq.register_host('adv-n', 'adv.pool', 4, 1024, 0, 0, '{{a,b},{c,d}}')$$, '22023', 'register_host: two-dimensional tags (assumed)')
 ) AS c(call, expected, label), LATERAL fqadv.expect('adv_admin', c.call, c.expected, c.label) r;
 
@@ -190,6 +192,11 @@ SELECT r FROM (VALUES
 	($$SELECT frameq.grant_show(repeat('s', 10485760), 'adv_submit')$$, '42704', 'grant_show: 10 MB show'),
 	($$SELECT frameq.grant_show('advshow', 'adv_nosuchrole')$$, '42704', 'grant_show: unknown role'),
 	($$SELECT frameq.grant_show('advshow', repeat('r', 10485760))$$, '42704', 'grant_show: 10 MB role'),
+	($$SELECT frameq.revoke_show(NULL, 'adv_submit')$$, '22004', 'revoke_show: NULL show'),
+	($$SELECT frameq.revoke_show('advshow.g', NULL)$$, '22004', 'revoke_show: NULL role'),
+	($$SELECT frameq.revoke_show('nosuchshow', 'adv_submit')$$, '42704', 'revoke_show: unknown show'),
+	($$SELECT frameq.revoke_show('advshow.g', 'adv_nosuchrole')$$, '42704', 'revoke_show: unknown role'),
+	($$SELECT frameq.revoke_show(repeat('s', 10485760), 'adv_submit')$$, '42704', 'revoke_show: 10 MB show'),
 	($$SELECT frameq.rotate_host_token(NULL)$$, '22004', 'rotate_host_token: NULL host'),
 	($$SELECT frameq.rotate_host_token('nosuchhost')$$, '42704', 'rotate_host_token: unknown host'),
 	($$SELECT frameq.rotate_host_token(repeat('h', 10485760))$$, '42704', 'rotate_host_token: 10 MB host'),
@@ -198,7 +205,7 @@ SELECT r FROM (VALUES
 	($$SELECT frameq.retire_host('nosuchhost')$$, '42704', 'retire_host: unknown host'),
 	($$SELECT frameq.retire_host(repeat('h', 10485760))$$, '42704', 'retire_host: 10 MB host'),
 	($$SELECT frameq.retire_host('adv-h3')$$, '42704', 'retire_host: host already retired'),
-	($$SELECT frameq.retire_host('adv-h1')$$, '55000', 'retire_host: host with a live proc (assumed)')
+	($$SELECT frameq.retire_host('adv-h1')$$, '55006', 'retire_host: host with a live proc')
 ) AS c(call, expected, label), LATERAL fqadv.expect('adv_admin', c.call, c.expected, c.label) r;
 
 SELECT * FROM fqadv.summary();

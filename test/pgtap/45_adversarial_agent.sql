@@ -16,7 +16,7 @@
 BEGIN;
 \ir include/adversarial.psql
 
-SELECT plan(3 + 2 * 92 + 4);
+SELECT plan(3 + 2 * 93 + 4);
 SELECT * FROM fqadv.farm_checks();
 
 -- ------------------------------------------------------------------ attach
@@ -35,8 +35,8 @@ SELECT r FROM (VALUES
 	($$SELECT frameq.attach(E'adv-h1\n', '{tok1}', 'boot-1')$$, '42704', 'attach: host name with a newline'),
 	($$SELECT frameq.attach(repeat('h', 10485760), '{tok1}', 'boot-1')$$, '42704', 'attach: 10 MB host'),
 	($$SELECT frameq.attach('adv-h1', '{tok1}', '')$$, '22023', 'attach: empty boot_id'),
-	($$SELECT frameq.attach('adv-h1', '{tok1}', repeat('b', 201))$$, '22023', 'attach: 201-character boot_id'),
-	($$SELECT frameq.attach('adv-h1', '{tok1}', repeat('b', 10485760))$$, '22023', 'attach: 10 MB boot_id'),
+	($$SELECT frameq.attach('adv-h1', '{tok1}', repeat('b', 201))$$, '54000', 'attach: 201-character boot_id'),
+	($$SELECT frameq.attach('adv-h1', '{tok1}', repeat('b', 10485760))$$, '54000', 'attach: 10 MB boot_id'),
 	($$SELECT frameq.attach('adv-h3', '{tok3}', 'boot-3')$$, '42704', 'attach: retired host'),
 	($$SELECT frameq.attach('adv-h4', '{tok4old}', 'boot-4')$$, '28P01', 'attach: token replaced by rotate_host_token')
 ) AS c(call, expected, label), LATERAL fqadv.expect('adv_agent', c.call, c.expected, c.label) r;
@@ -57,6 +57,7 @@ SELECT r FROM (VALUES
 	($$SELECT frameq.heartbeat('adv-h1', '{tok1}', 9223372036854775807, ARRAY[{proc1}])$$, 'FQ001', 'heartbeat: epoch 2^63-1'),
 	($$SELECT frameq.heartbeat('adv-h1', '{tok1}', '1e30', '{}')$$, '22P02', 'heartbeat: epoch ''1e30'' as text'),
 	($$SELECT frameq.heartbeat('adv-h1', '{tok1}', {ep1}, '{abc}')$$, '22P02', 'heartbeat: running not numbers'),
+	($$SELECT frameq.heartbeat('adv-h1', '{tok1}', {ep1}, ARRAY(SELECT generate_series(1::bigint, 100001)))$$, '54000', 'heartbeat: 100001 procs running'),
 	($$SELECT frameq.heartbeat('nosuchhost', '{tok1}', {ep1}, '{}')$$, '42704', 'heartbeat: unknown host'),
 	($$SELECT frameq.heartbeat(repeat('h', 10485760), '{tok1}', {ep1}, '{}')$$, '42704', 'heartbeat: 10 MB host'),
 	($$SELECT frameq.heartbeat('adv-h5', '{tok5}', {ep5}, '{}')$$, 'FQ002', 'heartbeat: lease gone'),
@@ -72,9 +73,9 @@ SELECT r FROM (VALUES
 	($$SELECT frameq.reserve('adv-h1', '{tok1}', NULL)$$, '22004', 'reserve: NULL epoch'),
 	($$SELECT frameq.reserve('adv-h1', '{tok1}', {ep1}, 0)$$, '22023', 'reserve: max_frames 0'),
 	($$SELECT frameq.reserve('adv-h1', '{tok1}', {ep1}, -1)$$, '22023', 'reserve: max_frames -1'),
-	($$SELECT frameq.reserve('adv-h1', '{tok1}', {ep1}, 1001)$$, '22023', 'reserve: max_frames 1001'),
-	($$SELECT frameq.reserve('adv-h1', '{tok1}', {ep1}, 1000000)$$, '22023', 'reserve: max_frames 1e6'),
-	($$SELECT frameq.reserve('adv-h1', '{tok1}', {ep1}, 2147483647)$$, '22023', 'reserve: max_frames 2^31-1'),
+	($$SELECT frameq.reserve('adv-h1', '{tok1}', {ep1}, 1001)$$, '54000', 'reserve: max_frames 1001'),
+	($$SELECT frameq.reserve('adv-h1', '{tok1}', {ep1}, 1000000)$$, '54000', 'reserve: max_frames 1e6'),
+	($$SELECT frameq.reserve('adv-h1', '{tok1}', {ep1}, 2147483647)$$, '54000', 'reserve: max_frames 2^31-1'),
 	($$SELECT frameq.reserve('adv-h1', '{tok1}', {ep1}, '1e6')$$, '22P02', 'reserve: max_frames ''1e6'' as text'),
 	($$SELECT frameq.reserve('adv-h1', 'not-the-token', {ep1})$$, '28P01', 'reserve: wrong token'),
 	($$SELECT frameq.reserve('adv-h1', '{tok2}', {ep1})$$, '28P01', 'reserve: another host''s token'),
