@@ -908,6 +908,7 @@ frameq_reserve(PG_FUNCTION_ARGS)
 	frameq_require_preload();
 	/* booking writes: on a standby say so, not "nothing to book" */
 	PreventCommandIfReadOnly("frameq.reserve()");
+	frameq_require_schema();
 	if (PG_ARGISNULL(0))
 		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 						errmsg("host must not be null")));
@@ -924,7 +925,8 @@ frameq_reserve(PG_FUNCTION_ARGS)
 	st.max_frames = PG_ARGISNULL(3) ? frameq_max_frames_per_reserve : PG_GETARG_INT32(3);
 	if (st.max_frames < 1 || st.max_frames > 1000)
 		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				(errcode(st.max_frames > 1000 ? ERRCODE_PROGRAM_LIMIT_EXCEEDED :
+						 ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("max_frames must be between 1 and 1000, not %d", st.max_frames)));
 
 	InitMaterializedSRF(fcinfo, 0);

@@ -18,9 +18,11 @@
  */
 #include "postgres.h"
 
+#include "catalog/namespace.h"
 #include "commands/dbcommands.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "utils/lsyscache.h"
 
 #include "frameq.h"
 
@@ -68,6 +70,35 @@ frameq_require_preload(void)
 					 errhint("Set frameq.database to the database that should run frameq and restart the server.")));
 		checked_database = MyDatabaseId;
 	}
+}
+
+/*
+ * Is this database's frameq schema the one this library was built for?
+ * After a new library is installed and the server restarted, the schema
+ * stays as it was until ALTER EXTENSION frameq UPDATE; the old schema's
+ * SQL takes the host lock the old way (a SQL advisory lock), so booking
+ * and lease expiry with the new library's lock would not exclude each
+ * other.  The newest upgrade step creates FRAMEQ_SCHEMA_MARKER; two
+ * catalog cache lookups tell whether it ran.
+ */
+bool
+frameq_schema_current(void)
+{
+	Oid			nsp = get_namespace_oid("frameq", true);
+
+	return OidIsValid(nsp) && OidIsValid(get_relname_relid(FRAMEQ_SCHEMA_MARKER, nsp));
+}
+
+/* entry points that need the current schema: say plainly what to do */
+void
+frameq_require_schema(void)
+{
+	if (!frameq_schema_current())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the frameq extension in this database is older than its library"),
+				 errdetail("The library is frameq %s.", FRAMEQ_LIBRARY_VERSION),
+				 errhint("Run ALTER EXTENSION frameq UPDATE in this database.")));
 }
 
 PG_FUNCTION_INFO_V1(frameq_assert_preloaded);

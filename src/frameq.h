@@ -46,8 +46,13 @@ extern int	frameq_lock_wait;		/* milliseconds */
 extern void frameq_guc_init(void);
 
 /* frameq.c */
+#define FRAMEQ_LIBRARY_VERSION	"0.2.0"
+/* a relation that the newest upgrade step creates (frameq_schema_current) */
+#define FRAMEQ_SCHEMA_MARKER	"run_secret_key"
 extern bool frameq_loaded_at_startup;
 extern void frameq_require_preload(void);
+extern bool frameq_schema_current(void);
+extern void frameq_require_schema(void);
 
 /* util.c */
 extern int64 frameq_random_id(void);
@@ -61,6 +66,9 @@ extern Datum frameq_numeric_from_cc(int32 cc);
 extern bool frameq_get_bool(HeapTuple tup, TupleDesc desc, int col, bool *isnull);
 extern int64 frameq_get_int64(HeapTuple tup, TupleDesc desc, int col, bool *isnull);
 extern int32 frameq_get_int32(HeapTuple tup, TupleDesc desc, int col, bool *isnull);
+
+extern int	frameq_bound_lock_waits(void);
+extern void frameq_end_lock_waits(int nest);
 
 /* ledger.c */
 typedef enum LedgerKind

@@ -881,6 +881,7 @@ frameq_complete(PG_FUNCTION_ARGS)
 	int32		host_id;
 	Datum		args[3];
 	const char *answer;
+	int			lock_nest;
 
 	frameq_require_preload();
 	for (int i = 0; i < (int) lengthof(argnames); i++)
@@ -900,9 +901,11 @@ frameq_complete(PG_FUNCTION_ARGS)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("max_rss must not be negative")));
 
+	frameq_require_schema();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "frameq: SPI_connect failed");
 	host_id = frameq_host_authenticate(name, token);
+	lock_nest = frameq_bound_lock_waits();
 
 	if (proc_plan == NULL)
 	{
@@ -1014,6 +1017,7 @@ frameq_complete(PG_FUNCTION_ARGS)
 		}
 	}
 
+	frameq_end_lock_waits(lock_nest);
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(answer));
 }

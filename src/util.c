@@ -17,6 +17,7 @@
 #include "storage/lock.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/numeric.h"
 #include "utils/resowner.h"
@@ -268,4 +269,29 @@ frameq_lock_host_sql(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("wait_ms must not be negative, not %d", wait_ms)));
 	PG_RETURN_BOOL(frameq_lock_host(PG_GETARG_INT32(0), wait_ms));
+}
+
+/*
+ * From here until frameq_end_lock_waits(): wait at most frameq.lock_wait for
+ * any lock, then fail with 55P03.  For the agent's entry points, whose row
+ * locks a role outside frameq_admin (a submitter's open kill_frame, say)
+ * could otherwise make them wait without end.  Returns the GUC nest level
+ * to hand back; an error unwinds it with the transaction.
+ */
+int
+frameq_bound_lock_waits(void)
+{
+	int			nest = NewGUCNestLevel();
+	char		buf[32];
+
+	snprintf(buf, sizeof(buf), "%d", frameq_lock_wait);
+	(void) set_config_option("lock_timeout", buf, PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	return nest;
+}
+
+void
+frameq_end_lock_waits(int nest)
+{
+	AtEOXact_GUC(true, nest);
 }

@@ -224,6 +224,30 @@ typedef enum WorkerStep
 } WorkerStep;
 
 /*
+ * Is frameq installed in this database, with the schema this library was
+ * built for?  Until then the worker expires nothing and sends nothing: an
+ * old schema's lease expiry takes the host lock the old way, which a
+ * booking by this library would not wait for.  Said once in the log.
+ */
+static bool
+worker_schema_ready(void)
+{
+	static bool said = false;
+
+	if (run_step("SELECT (to_regclass('frameq.host') IS NOT NULL)::int::int8", 0, NULL, NULL) == 0)
+		return false;
+	if (frameq_schema_current())
+		return true;
+	if (!said)
+		ereport(LOG,
+				(errmsg("frameq worker: the frameq extension in database \"%s\" is older than its library; no lease expires and no kill order is sent until it is updated",
+						frameq_database),
+				 errhint("Run ALTER EXTENSION frameq UPDATE in that database.")));
+	said = true;
+	return false;
+}
+
+/*
  * Run one step in a transaction of its own; returns the count it reports.
  * Each step has its own transaction so that one that fails (say the
  * re-arm, on a host row another session keeps locked past lock_timeout)
@@ -241,9 +265,7 @@ worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "frameq worker: leases and kill orders");
 
-	if (run_step("SELECT (to_regclass('frameq.host') IS NOT NULL"
-				 "        AND to_regprocedure('frameq._expire_leases(timestamptz,timestamptz)') IS NOT NULL)::int::int8",
-				 0, NULL, NULL) != 0)
+	if (worker_schema_ready())
 	{
 		if (step == STEP_REARM)
 			result = run_step("SELECT frameq._rearm_leases()", 0, NULL, NULL);

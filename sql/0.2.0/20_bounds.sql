@@ -46,6 +46,9 @@ LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
 	t text;
 BEGIN
+	IF pg_catalog.array_ndims(tags) > 1 THEN
+		RAISE EXCEPTION '% must be a one-dimensional array', field USING ERRCODE = 'invalid_parameter_value';
+	END IF;
 	IF tags IS NULL OR pg_catalog.array_position(tags, NULL) IS NOT NULL THEN
 		RAISE EXCEPTION '% must not be or contain null', field USING ERRCODE = 'null_value_not_allowed';
 	END IF;
@@ -344,7 +347,8 @@ BEGIN
 	IF n <> pg_catalog.trunc(n) OR n < minimum OR n > maximum THEN
 		RAISE EXCEPTION '%.% must be a whole number from % to %, not %', path, key,
 			minimum, maximum, frameq._clip(n::text)
-			USING ERRCODE = 'invalid_parameter_value';
+			USING ERRCODE = CASE WHEN n > maximum THEN 'program_limit_exceeded'
+								 ELSE 'invalid_parameter_value' END;
 	END IF;
 	RETURN n::int;
 END
@@ -365,10 +369,17 @@ BEGIN
 		ELSIF pg_catalog.length(v #>> '{}') <= 64 THEN
 			n := pg_catalog.pg_size_bytes(v #>> '{}');
 		END IF;
-	EXCEPTION WHEN invalid_parameter_value OR numeric_value_out_of_range THEN
-		n := NULL;
+	EXCEPTION
+		WHEN invalid_parameter_value THEN
+			n := NULL;
+		WHEN numeric_value_out_of_range THEN
+			n := 'Infinity';	/* a well-formed size past bigint: too large */
 	END;
-	IF n IS NULL OR n < 0 OR n <> pg_catalog.trunc(n) OR n > (1::bigint << 50) THEN
+	IF n > (1::bigint << 50) THEN
+		RAISE EXCEPTION '%.% is too large: %, at most 2^50 bytes', path, key, frameq._clip(v::text)
+			USING ERRCODE = 'program_limit_exceeded';
+	END IF;
+	IF n IS NULL OR n < 0 OR n <> pg_catalog.trunc(n) THEN
 		RAISE EXCEPTION '%.% must be a size in bytes (or such as "4GB"), not %', path, key,
 			frameq._clip(v::text)
 			USING ERRCODE = 'invalid_parameter_value';

@@ -86,9 +86,9 @@ DECLARE
 	result oid;
 BEGIN
 	SELECT r.oid INTO result FROM pg_catalog.pg_roles r
-	 WHERE r.rolname = frameq._bounded(frameq._not_null(role, 'role'), 'role', 63);
+	 WHERE r.rolname::text = frameq._not_null(role, 'role');
 	IF NOT FOUND THEN
-		RAISE EXCEPTION 'role "%" does not exist', role USING ERRCODE = 'undefined_object';
+		RAISE EXCEPTION 'role "%" does not exist', frameq._clip(role) USING ERRCODE = 'undefined_object';
 	END IF;
 	RETURN result;
 END
@@ -123,9 +123,6 @@ SELECT s.name AS show, coalesce(r.rolname::text, g.role::text) COLLATE "default"
  * Host credentials
  * ---------------------------------------------------------------------
  */
-
-/* until the core piece lands both: a retired host keeps its row for the run history */
-ALTER TABLE frameq.host ADD COLUMN IF NOT EXISTS retired_at timestamptz;
 
 /*
  * A new token for a host; the old one stops working when this commits.
@@ -201,8 +198,9 @@ BEGIN
 	PERFORM frameq._nonneg(max_gpus, 'max_gpus', 100000);
 	IF priority NOT BETWEEN -1000000 AND 1000000 THEN
 		RAISE EXCEPTION 'priority must be from -1000000 to 1000000, not %', priority
-			USING ERRCODE = 'invalid_parameter_value';
+			USING ERRCODE = 'program_limit_exceeded';
 	END IF;
+	PERFORM frameq._not_null(clear_caps, 'clear_caps');
 	SELECT * INTO j FROM frameq.job x WHERE x.id = frameq._not_null(set_job.job, 'job')
 	   FOR NO KEY UPDATE;
 	IF NOT FOUND THEN

@@ -51,7 +51,7 @@ BEGIN
 		'attach(text,text,text)', 'heartbeat(text,text,bigint,bigint[])',
 		'reserve(text,text,bigint,integer)',
 		'complete(text,text,bigint,bigint,integer,integer,bigint)',
-		'check()', 'ledger()',
+		'owns(bigint,text)', 'check()', 'ledger()',
 		'kill_frame(bigint,text)', 'retry_frame(bigint)', 'eat_frame(bigint)',
 		'kill_job(bigint,text)', 'set_host_state(text,text)', 'confirm_host_dead(text)',
 		'worker_status()'] LOOP
