@@ -143,8 +143,8 @@ start_cluster() {
 	trap 'exit 130' INT
 	trap 'exit 143' TERM
 	set_setting frameq.lease_ttl "$ttl"
-	# agents log in as a role that has frameq_agent and nothing else
-	q "CREATE ROLE agent LOGIN IN ROLE frameq_agent" >/dev/null
+	# agents log in as their host's own role (register_host), which has
+	# frameq_agent and nothing else
 	q "SELECT frameq.create_allocation('farm')" >/dev/null
 	q "SELECT frameq.create_show('show')" >/dev/null
 	q "SELECT frameq.set_subscription('show', 'farm', 1000, 1000)" >/dev/null
@@ -159,17 +159,22 @@ set_setting() {
 }
 setting_is() { [[ $(q "SELECT current_setting('$1')") == "$2" ]]; }
 
-# register_host NAME CORES: writes $T/NAME.token (mode 600)
+# register_host NAME CORES: writes $T/NAME.token (mode 600), and makes the
+# host's own login role (host_role NAME), a member of frameq_agent: one
+# role per host, so no host's session can end another's (doc/security.md)
 register_host() {
 	local name=$1 cores=${2:-2} host
 	host=$(host_name "$name")
 	q "SELECT frameq.register_host('$host', 'farm', $cores, 17179869184)" >"$T/$name.token"
 	chmod 600 "$T/$name.token"
+	q "CREATE ROLE \"$(host_role "$name")\" LOGIN IN ROLE frameq_agent" >/dev/null
 	mkdir -p "$T/$name"
 }
+host_role() { echo "fqh_$(host_name "$1")"; }
 host_epoch() { q "SELECT epoch FROM frameq.hosts WHERE name = '$(host_name "$1")'"; }
 
-CONNINFO_DEFAULT() { echo "host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=agent"; }
+# CONNINFO_DEFAULT NAME: how host NAME's agent connects (as its own role)
+CONNINFO_DEFAULT() { echo "host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=$(host_role "$1")"; }
 
 # start_agent NAME [ARGS...]: runs in the background, log in $T/NAME.log
 start_agent() {
@@ -178,7 +183,7 @@ start_agent() {
 	local cores
 	cores=$(q "SELECT cores FROM frameq.hosts WHERE name = '$(host_name "$name")'")
 	"$AGENT_BIN" \
-		--conninfo "$(CONNINFO_DEFAULT)" \
+		--conninfo "$(CONNINFO_DEFAULT "$name")" \
 		--host "$(host_name "$name")" \
 		--token-file "$T/$name.token" \
 		--cores "$cores" \
