@@ -15,7 +15,8 @@ set -u
 AGENT_TEST_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 AGENT_DIR=$(dirname "$AGENT_TEST_DIR")
 REPO=$(dirname "$AGENT_DIR")
-AGENT_BIN="$AGENT_DIR/frameq-agent"
+# FRAMEQ_AGENT_BIN: another build (e.g. an older agent, to see a test fail)
+AGENT_BIN=${FRAMEQ_AGENT_BIN:-$AGENT_DIR/frameq-agent}
 TEST_NAME=$(basename "$0" .sh)
 : "${FRAMEQ_PORT:=55410}"
 export FRAMEQ_PORT
@@ -43,6 +44,17 @@ die() { echo "not ok: $*"; exit 1; }
 note() { echo "# $*"; }
 
 q() { psql -X -q -At -v ON_ERROR_STOP=1 -c "$1"; }
+
+# sqlstate_as ROLE SQL: run SQL as ROLE; prints the SQLSTATE it failed
+# with, or "ok:" and its output
+sqlstate_as() {
+	local out
+	if out=$(psql -X -q -At -U "$1" -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -c "$2" 2>&1); then
+		echo "ok:$out"
+	else
+		sed -n 's/^\(psql:[^E]*\)\{0,1\}ERROR:  \([0-9A-Z]\{5\}\):.*/\2/p' <<<"$out" | head -n1
+	fi
+}
 
 now() { date +%s.%N; }
 # float arithmetic and comparisons
@@ -234,6 +246,8 @@ SELECT frameq.submit(jsonb_build_object('show', 'show', 'name', :'name',
 		'cores', 1, 'command', :'cmd') || :'layer'::jsonb)) || :'job'::jsonb);
 SQL
 }
+# the frameq worker (which sends kill notifications) is connected
+worker_up() { [[ $(q "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'frameq worker'") == 1 ]]; }
 job_state() { q "SELECT state FROM frameq.job_progress WHERE job = $1"; }
 job_finished() { [[ $(job_state "$1") == finished ]]; }
 frames_in_state() { q "SELECT count(*) FROM frameq.frames WHERE job = $1 AND state = '$2'"; }
