@@ -6,7 +6,7 @@
  * One call books as many frames as fit the host, up to max_frames, in the
  * caller's transaction:
  *
- *	1. check the host's token; take the host's advisory lock without
+ *	1. check the host's token; take the host's lock (frameq.h) without
  *	   waiting (another session already booking this host means there is
  *	   nothing for us to do); check its epoch and that its lease is current;
  *	2. walk the candidates in policy order (contract section 4): shows of
@@ -33,9 +33,12 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "common/cryptohash.h"
+#include "common/sha2.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "port/pg_bswap.h"
 #include "storage/proc.h"
 #include "tcop/utility.h"
 #include "utils/array.h"
@@ -116,7 +119,64 @@ typedef struct ReserveState
 	int			max_frames;
 	int			booked;
 	ReturnSetInfo *rsinfo;
+	bytea	   *secret_key;		/* frameq.run_secret_key, read at the first
+								 * booking of this call; NULL before */
 } ReserveState;
+
+/* the booking's last attribute; absent while the schema predates 0.2.0 */
+#define BOOKING_NATTS_WITH_SECRET	12
+
+/*
+ * A proc's run secret: the first 32 hex digits of
+ * sha256(key || int8send(proc)), as frameq._run_secret() computes it.  The
+ * key is read once per reserve() call, and only once something is booked:
+ * one index-less read of a one-row table, which is all the run secret adds
+ * to a reserve() call.
+ */
+static Datum
+run_secret(ReserveState *st, int64 proc)
+{
+	static const char digits[] = "0123456789abcdef";
+	uint8		digest[PG_SHA256_DIGEST_LENGTH];
+	char		hex[33];
+	uint64		be = pg_hton64((uint64) proc);
+	pg_cryptohash_ctx *ctx;
+
+	if (st->secret_key == NULL)
+	{
+		bool		isnull;
+		Datum		d;
+
+		if (SPI_execute("SELECT key FROM frameq.run_secret_key", true, 0) != SPI_OK_SELECT)
+			elog(ERROR, "frameq: run secret key read failed");
+		if (SPI_processed != 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("frameq.run_secret_key must hold exactly one row")));
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		if (isnull)
+			elog(ERROR, "frameq: the run secret key is null");
+		st->secret_key = DatumGetByteaPCopy(d);
+		SPI_freetuptable(SPI_tuptable);
+	}
+
+	ctx = pg_cryptohash_create(PG_SHA256);
+	if (pg_cryptohash_init(ctx) < 0 ||
+		pg_cryptohash_update(ctx, (uint8 *) VARDATA_ANY(st->secret_key),
+							 VARSIZE_ANY_EXHDR(st->secret_key)) < 0 ||
+		pg_cryptohash_update(ctx, (uint8 *) &be, sizeof(be)) < 0 ||
+		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
+		elog(ERROR, "frameq: could not compute a run secret: %s",
+			 pg_cryptohash_error(ctx));
+	pg_cryptohash_free(ctx);
+	for (int i = 0; i < 16; i++)
+	{
+		hex[2 * i] = digits[digest[i] >> 4];
+		hex[2 * i + 1] = digits[digest[i] & 0xF];
+	}
+	hex[32] = '\0';
+	return CStringGetTextDatum(hex);
+}
 
 static int
 compare_shows(const void *a, const void *b)
@@ -652,8 +712,8 @@ book_frames(ReserveState *st, const ShowCandidate *show, const JobCandidate *job
 	for (int i = 0; i < nclaimed; i++)
 	{
 		FrameTry   *t = &tries[i];
-		Datum		values[11];
-		bool		vnulls[11] = {0};
+		Datum		values[BOOKING_NATTS_WITH_SECRET];
+		bool		vnulls[BOOKING_NATTS_WITH_SECRET] = {0};
 
 		if (t->result != BOOKED)
 		{
@@ -675,6 +735,8 @@ book_frames(ReserveState *st, const ShowCandidate *show, const JobCandidate *job
 		values[8] = Int32GetDatum(layer->gpus);
 		values[9] = Int64GetDatum(layer->gpu_memory);
 		values[10] = layer->env;
+		if (st->rsinfo->setDesc->natts >= BOOKING_NATTS_WITH_SECRET)
+			values[11] = run_secret(st, t->proc);
 		tuplestore_putvalues(st->rsinfo->setResult, st->rsinfo->setDesc, values, vnulls);
 	}
 	/* if it had fewer frames than we wanted, there is nothing more to take now */
@@ -801,7 +863,6 @@ frameq_reserve(PG_FUNCTION_ARGS)
 	ShowCandidate *shows;
 	int			nshows;
 	int			jobs_left = frameq_max_jobs_examined;
-	bool		locked;
 
 	frameq_require_preload();
 	/* booking writes: on a standby say so, not "nothing to book" */
@@ -834,17 +895,14 @@ frameq_reserve(PG_FUNCTION_ARGS)
 	st.host.id = frameq_host_authenticate(name, token);
 
 	/* someone is already booking this host: nothing to do, and no waiting */
-	locked = DatumGetBool(DirectFunctionCall2(pg_try_advisory_xact_lock_int4,
-											  Int32GetDatum(FRAMEQ_ADVISORY_CLASS),
-											  Int32GetDatum(st.host.id)));
-	if (!locked)
+	if (!frameq_lock_host(st.host.id, 0))
 	{
 		SPI_finish();
 		return (Datum) 0;
 	}
 
 	frameq_host_load(st.host.id, &st.host);
-	frameq_host_check_epoch(&st.host, text_to_cstring(name), st.epoch);
+	frameq_host_check_epoch(&st.host, frameq_clip_text(name), st.epoch);
 	/* after a server start, every host first gets a lease period to report */
 	if (!st.host.up || frameq_in_quarantine())
 	{

@@ -29,6 +29,9 @@
  * - when the table is full, or a lowering cannot be recorded, every hint
  *	 is dropped and a global counter bumped, so no raise in flight lands.
  *
+ * PREPARE TRANSACTION with a non-empty log is refused (like the ledger's):
+ * the log is this session's and would be lost at PREPARE.
+ *
  * Locking: FrameqDispatch->lock protects the hash table and the global
  * counter.  It is held only for lookups and arithmetic.
  *
@@ -339,6 +342,20 @@ dispatch_xact_callback(XactEvent event, void *arg)
 					lower(dispatch_log[i].layer, dispatch_log[i].number);
 			LWLockRelease(FrameqDispatch->lock);
 			dispatch_log_len = 0;
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+
+			/*
+			 * The log lives in this session and PREPARE would drop it: a
+			 * frame made waiting (retry_frame) would stay below its
+			 * layer's hint once COMMIT PREPARED makes it visible, and no
+			 * booking would ever find it.  Refuse, as the ledger does for
+			 * bookings and releases.
+			 */
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("cannot PREPARE a transaction that made frameq frames waiting or booked them"),
+					 errdetail("frameq's dispatch hints track a transaction's frames in the session that changed them.")));
 			break;
 		case XACT_EVENT_PREPARE:
 			dispatch_log_len = 0;

@@ -21,8 +21,16 @@
 #define ERRCODE_FRAMEQ_CAP_EXCEEDED		MAKE_SQLSTATE('F','Q','0','0','4')
 #define ERRCODE_FRAMEQ_HOST_FULL		MAKE_SQLSTATE('F','Q','0','0','5')
 
-/* first key of every advisory lock frameq takes ("FQ") */
-#define FRAMEQ_ADVISORY_CLASS	0x4651
+/*
+ * The host lock's tag: an advisory lock tag whose fourth field is neither
+ * 1 nor 2, the two values SQL's pg_advisory_* functions use, so no SQL
+ * function can take, hold or wait for it (the trick Citus uses for its own
+ * locks).  Fields: database, "FQ", host id, "FQ".
+ */
+#define FRAMEQ_LOCK_CLASS		0x4651
+#define SET_LOCKTAG_FRAMEQ_HOST(tag, host) \
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, FRAMEQ_LOCK_CLASS, (uint32) (host), \
+						 FRAMEQ_LOCK_CLASS)
 
 /* guc.c */
 extern int	frameq_lease_ttl;		/* seconds */
@@ -34,6 +42,7 @@ extern int	frameq_max_jobs_examined;
 extern int	frameq_ledger_size;
 extern char *frameq_database;
 extern bool frameq_quarantine;
+extern int	frameq_lock_wait;		/* milliseconds */
 extern void frameq_guc_init(void);
 
 /* frameq.c */
@@ -42,6 +51,9 @@ extern void frameq_require_preload(void);
 
 /* util.c */
 extern int64 frameq_random_id(void);
+extern const char *frameq_clip(const char *value);
+extern const char *frameq_clip_text(text *value);
+extern bool frameq_lock_host(int32 host, int wait_ms);
 extern SPIPlanPtr frameq_prepare(const char *sql, int nargs, Oid *argtypes);
 extern SPIPlanPtr frameq_prepare_options(const char *sql, int nargs, Oid *argtypes,
 										 int options);

@@ -21,6 +21,7 @@ int			frameq_max_jobs_examined = 1000;
 int			frameq_ledger_size = 100000;
 char	   *frameq_database = NULL;
 bool		frameq_quarantine = true;
+int			frameq_lock_wait = 1000;
 
 void
 frameq_guc_init(void)
@@ -105,6 +106,20 @@ frameq_guc_init(void)
 							 PGC_SIGHUP,
 							 0,
 							 NULL, NULL, NULL);
+
+	/*
+	 * Superuser-only: it bounds how long frameq waits for a lock that any
+	 * role could be holding, so an ordinary role must not stretch it for
+	 * its own session's calls either.
+	 */
+	DefineCustomIntVariable("frameq.lock_wait",
+							"Longest frameq waits for a host or row lock that another session holds.",
+							"The background worker skips a host whose locks it cannot get in this time and retries it next round; attach, heartbeat and operator actions fail with SQLSTATE 55P03.",
+							&frameq_lock_wait,
+							1000, 1, 60000,
+							PGC_SUSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("frameq");
 }

@@ -18,7 +18,10 @@
 
 #include "frameq.h"
 
-/* Look up a host by name and check its token; returns the host's id. */
+/*
+ * Look up a host in the farm (not retired) by name and check its token;
+ * returns the host's id.  Messages quote at most 64 characters of the name.
+ */
 int32
 frameq_host_authenticate(text *name, text *token)
 {
@@ -33,7 +36,7 @@ frameq_host_authenticate(text *name, text *token)
 		Oid			types[2] = {TEXTOID, TEXTOID};
 
 		plan = frameq_prepare("SELECT id, token_hash = sha256(convert_to($2, 'UTF8'))"
-							  "  FROM frameq.host WHERE name = $1",
+							  "  FROM frameq.host WHERE name = $1 AND retired_at IS NULL",
 							  2, types);
 	}
 	args[0] = PointerGetDatum(name);
@@ -44,14 +47,14 @@ frameq_host_authenticate(text *name, text *token)
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("host \"%s\" is not registered", text_to_cstring(name)),
+				 errmsg("host \"%s\" is not registered", frameq_clip_text(name)),
 				 errhint("Register it with frameq.register_host().")));
 	id = frameq_get_int32(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, NULL);
 	token_ok = frameq_get_bool(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, NULL);
 	if (!token_ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PASSWORD),
-				 errmsg("invalid token for host \"%s\"", text_to_cstring(name))));
+				 errmsg("invalid token for host \"%s\"", frameq_clip_text(name))));
 	return id;
 }
 

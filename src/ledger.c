@@ -23,11 +23,29 @@
  *	 only with the lock held exclusively.
  * - A rebuild holds ShareRowExclusiveLock on frameq.proc (which conflicts
  *	 with the RowExclusiveLock of every transaction that inserts or deletes
- *	 procs, and with itself) from before it reads until its transaction
- *	 ends.  So it waits for every transaction that changed procs to finish,
- *	 reads SUM(proc) with a fresh snapshot, and no proc changes while it
- *	 fills the table.  Two backends that both find the ledger invalid
- *	 serialise on that lock, and the second finds it valid.
+ *	 procs, and with itself) from before it reads until it has marked the
+ *	 ledger valid, and then releases it, before its transaction ends.  So
+ *	 it waits for every transaction that changed procs to finish, reads
+ *	 SUM(proc) with a fresh snapshot, and no proc changes while it fills
+ *	 the table.  Two backends that both find the ledger invalid serialise
+ *	 on that lock, and the second finds it valid.
+ *
+ *	 Why releasing early is safe: the lock exists only to make "no proc
+ *	 write is uncommitted" true from the read to the moment the ledger is
+ *	 valid.  While we hold it, no other transaction holds RowExclusiveLock
+ *	 on proc, and ours has written no proc (proc_written is checked first;
+ *	 a PREPAREd transaction that touched procs cannot exist, PREPARE is
+ *	 refused).  So the snapshot read sees every proc that will ever
+ *	 commit from before the rebuild, and nothing that will abort.  Once
+ *	 valid_generation is set, every later proc write goes through the
+ *	 statement trigger, which finds the ledger valid and logs its charges
+ *	 and releases under the new generation, exactly as in normal running;
+ *	 holding the lock longer would protect nothing.  Keeping it to the end
+ *	 of the transaction did harm: a reader of frameq.usage, ledger() or
+ *	 check() right after a server start held ShareRowExclusiveLock until
+ *	 it ended, and so stopped every booking and release.  The reader keeps
+ *	 only the AccessShareLock of its read.  (An unlock releases only the
+ *	 acquisition made here: locks are counted per mode and owner.)
  *
  * Transactional behaviour
  * -----------------------
@@ -420,7 +438,11 @@ ledger_rebuild(void)
 	LockRelationOid(procrel, ShareRowExclusiveLock);
 
 	if (pg_atomic_read_u64(&FrameqLedger->valid_generation) != 0)
-		return;					/* another backend rebuilt it while we waited */
+	{
+		/* another backend rebuilt it while we waited */
+		UnlockRelationOid(procrel, ShareRowExclusiveLock);
+		return;
+	}
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "frameq: SPI_connect failed");
@@ -497,6 +519,8 @@ ledger_rebuild(void)
 	LWLockRelease(FrameqLedger->lock);
 
 	SPI_finish();
+	/* valid now: see "Why releasing early is safe" above */
+	UnlockRelationOid(procrel, ShareRowExclusiveLock);
 }
 
 void
@@ -714,10 +738,12 @@ Datum
 frameq_ledger_pending(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	uint64		current = pg_atomic_read_u64(&FrameqLedger->valid_generation);
+	uint64		current;
 	static const char *const kinds[] = {NULL, "subscription", "folder", "job", "limit"};
 
+	/* first: without the preload there is no shared memory to read */
 	frameq_require_preload();
+	current = pg_atomic_read_u64(&FrameqLedger->valid_generation);
 	InitMaterializedSRF(fcinfo, 0);
 	for (int i = 0; i < ledger_log_len; i++)
 	{

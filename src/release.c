@@ -351,6 +351,7 @@ frameq_proc_after_insert(PG_FUNCTION_ARGS)
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || trigdata->tg_newtable == NULL)
 		elog(ERROR, "frameq_proc_after_insert: not called as a statement trigger with a new table");
+	frameq_require_preload();	/* before the ledger's shared memory */
 
 	desc = trigdata->tg_relation->rd_att;
 	rows = tuplestore_tuple_count(trigdata->tg_newtable);
@@ -577,6 +578,7 @@ frameq_proc_after_delete(PG_FUNCTION_ARGS)
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		elog(ERROR, "frameq_proc_after_delete: not called by trigger manager");
+	frameq_require_preload();	/* before the ledger's shared memory */
 
 	read_proc(trigdata->tg_trigtuple, trigdata->tg_relation->rd_att, &p);
 
@@ -703,6 +705,8 @@ frameq_proc_guard_update(PG_FUNCTION_ARGS)
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		elog(ERROR, "frameq_proc_guard_update: not called by trigger manager");
+	/* a kill order nothing would deliver: refuse it like every other change */
+	frameq_require_preload();
 
 	for (int i = 0; i < (int) lengthof(frozen); i++)
 	{
@@ -875,7 +879,7 @@ frameq_complete(PG_FUNCTION_ARGS)
 	int32		exit_status;
 	int32		exit_signal;
 	int32		host_id;
-	Datum		args[1];
+	Datum		args[3];
 	const char *answer;
 
 	frameq_require_preload();
@@ -903,12 +907,20 @@ frameq_complete(PG_FUNCTION_ARGS)
 	if (proc_plan == NULL)
 	{
 		Oid			types[1] = {INT8OID};
+		Oid			proc_types[3] = {INT8OID, INT4OID, INT8OID};
 
 		/*
 		 * Scalar subqueries, not joins: each is one primary-key lookup
 		 * whatever the statistics say.  (A join's generic plan, chosen
 		 * once per session, was at times a merge join that read job_pkey
 		 * from its start up to the proc's job.)
+		 *
+		 * The host and epoch are conditions of the scan, below the row
+		 * lock: a proc of another host (or an earlier lease) is never
+		 * returned to the locking step, so one host's agent can never
+		 * lock, or wait for, another host's proc row.  A proc's host and
+		 * epoch never change (the guard trigger), so the lock needs no
+		 * re-check of them.
 		 */
 		proc_plan = frameq_prepare("SELECT p.host, p.epoch, p.state = 'killing', p.want_state,"
 								   "       (SELECT f.retries FROM frameq.frame f WHERE f.id = p.frame),"
@@ -916,15 +928,17 @@ frameq_complete(PG_FUNCTION_ARGS)
 								   "  FROM frameq.proc p,"
 								   "       LATERAL (SELECT x.max_retries, x.auto_eat FROM frameq.job x"
 								   "                 WHERE x.id = p.job OFFSET 0) j"
-								   " WHERE p.id = $1"
+								   " WHERE p.id = $1 AND p.host = $2 AND p.epoch = $3"
 								   "   FOR NO KEY UPDATE OF p",
-								   1, types);
+								   3, proc_types);
 		run_plan = frameq_prepare("SELECT host, epoch, ended_at IS NOT NULL,"
 								  "       exit_status, exit_signal"
 								  "  FROM frameq.run WHERE proc = $1",
 								  1, types);
 	}
 	args[0] = Int64GetDatum(proc);
+	args[1] = Int32GetDatum(host_id);
+	args[2] = Int64GetDatum(epoch);
 	if (SPI_execute_plan(proc_plan, args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "frameq: proc lookup failed");
 

@@ -2,16 +2,24 @@
  *
  * util.c
  *	  Small helpers: random run tokens and host tokens, kept SPI plans,
- *	  centicore conversion and typed access to SPI result columns.
+ *	  centicore conversion, typed access to SPI result columns, quoting
+ *	  callers' values in messages, and the host lock.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "fmgr.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
 #include "nodes/parsenodes.h"
+#include "storage/lock.h"
+#include "storage/proc.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 #include "utils/numeric.h"
+#include "utils/resowner.h"
 
 #include "frameq.h"
 
@@ -124,4 +132,140 @@ frameq_random_token(PG_FUNCTION_ARGS)
 	}
 	hex[sizeof(hex) - 1] = '\0';
 	PG_RETURN_TEXT_P(cstring_to_text(hex));
+}
+
+/* how many characters of a caller's value an error message quotes */
+#define FRAMEQ_CLIP_CHARS	64
+
+/*
+ * At most 64 characters of a value a caller gave us, for an error message
+ * (with "..." when cut), so that a hostile 10 MB argument cannot become a
+ * 10 MB log line.  Cuts on a character boundary.  frameq._clip() is the
+ * same rule in SQL.
+ */
+const char *
+frameq_clip(const char *value)
+{
+	int			len = strlen(value);
+	int			cut;
+	char	   *result;
+
+	if (pg_mbstrlen_with_len(value, len) <= FRAMEQ_CLIP_CHARS)
+		return value;
+	cut = pg_mbcharcliplen(value, len, FRAMEQ_CLIP_CHARS);
+	result = palloc(cut + 4);
+	memcpy(result, value, cut);
+	strcpy(result + cut, "...");
+	return result;
+}
+
+/* the same for a text datum, without detoasting more than needed */
+const char *
+frameq_clip_text(text *value)
+{
+	int			len = VARSIZE_ANY_EXHDR(value);
+	/* a character is at most MAX_MULTIBYTE_CHAR_LEN bytes */
+	int			take = Min(len, (FRAMEQ_CLIP_CHARS + 1) * MAX_MULTIBYTE_CHAR_LEN);
+	char	   *s = palloc(take + 1);
+
+	memcpy(s, VARDATA_ANY(value), take);
+	s[take] = '\0';
+	/* cutting at a byte count may split the last character: clip by characters */
+	if (take < len || pg_mbstrlen_with_len(s, take) > FRAMEQ_CLIP_CHARS)
+	{
+		int			cut = pg_mbcharcliplen(s, take, FRAMEQ_CLIP_CHARS);
+		char	   *result = palloc(cut + 4);
+
+		memcpy(result, s, cut);
+		strcpy(result + cut, "...");
+		return result;
+	}
+	return s;
+}
+
+/*
+ * Take the host's lock (transaction-scoped, ExclusiveLock, the private tag
+ * of frameq.h) waiting at most wait_ms milliseconds; 0 only tries.
+ * Returns whether it is held.
+ *
+ * Waiting: first a conditional try, which is all the common case costs.
+ * Then a real wait in the lock's queue (so we are woken the moment the
+ * holder ends, and the deadlock detector sees us), bounded the way
+ * lock_timeout bounds a statement's waits: with LockTimeout lowered to
+ * wait_ms for this one LockAcquire, in a subtransaction so that the
+ * timeout's error can be caught and turned into "false".  The lock is
+ * then handed up to the calling transaction when the subtransaction
+ * commits.  A session's own lock_timeout, if shorter, still applies.
+ */
+bool
+frameq_lock_host(int32 host, int wait_ms)
+{
+	LOCKTAG		tag;
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	int			saved_timeout = LockTimeout;
+	volatile bool got = false;
+
+	SET_LOCKTAG_FRAMEQ_HOST(tag, host);
+	if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	if (wait_ms <= 0)
+		return false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcontext);
+	PG_TRY();
+	{
+		if (LockTimeout <= 0 || LockTimeout > wait_ms)
+			LockTimeout = wait_ms;
+		(void) LockAcquire(&tag, ExclusiveLock, false, false);
+		LockTimeout = saved_timeout;
+		got = true;
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		LockTimeout = saved_timeout;
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+		/* only our timeout means "not had"; a cancel or a deadlock is an error */
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			ReThrowError(edata);
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	return got;
+}
+
+PG_FUNCTION_INFO_V1(frameq_lock_host_sql);
+
+/*
+ * frameq._lock_host(host, wait_ms): see frameq_lock_host(); a null wait_ms
+ * means frameq.lock_wait (SQL reads the setting with units, as "1s").
+ */
+Datum
+frameq_lock_host_sql(PG_FUNCTION_ARGS)
+{
+	int32		wait_ms;
+
+	/* every caller goes on to use shared memory: say what is missing now */
+	frameq_require_preload();
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("host must not be null")));
+	wait_ms = PG_ARGISNULL(1) ? frameq_lock_wait : PG_GETARG_INT32(1);
+	if (wait_ms < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait_ms must not be negative, not %d", wait_ms)));
+	PG_RETURN_BOOL(frameq_lock_host(PG_GETARG_INT32(0), wait_ms));
 }

@@ -197,6 +197,24 @@ run_step(const char *sql, int nargs, Oid *types, Datum *args)
 	return isnull ? 0 : DatumGetInt64(d);
 }
 
+/*
+ * The worker's session settings.  search_path: the worker runs as the
+ * bootstrap superuser, so no name it resolves may come from a schema other
+ * roles can create objects in (frameq's functions pin their own path too).
+ * lock_timeout: a backstop so that no lock held by another session, of any
+ * role, can stop the worker for longer than frameq.lock_wait; the steps
+ * themselves skip a host whose locks they cannot get in that time.
+ */
+static void
+worker_session_settings(void)
+{
+	char		buf[32];
+
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+	snprintf(buf, sizeof(buf), "%d", frameq_lock_wait);
+	SetConfigOption("lock_timeout", buf, PGC_SUSET, PGC_S_OVERRIDE);
+}
+
 /* one round, in one transaction: re-arm after start or a clock jump, expire, send */
 static void
 worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire)
@@ -246,6 +264,39 @@ worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire)
 	(void) sent;
 }
 
+/*
+ * A round that fails (an error no step caught) is logged and abandoned;
+ * the next round runs as usual a second later, so one failure cannot stop
+ * leases of other hosts from expiring (as a worker exit and restart would
+ * for bgw_restart_time).  Returns whether the round completed.
+ */
+static bool
+worker_round_guarded(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire)
+{
+	MemoryContext oldcontext = CurrentMemoryContext;
+	volatile bool ok = true;
+
+	PG_TRY();
+	{
+		worker_round(rearm, leases_since, now, expire);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(oldcontext);
+		HOLD_INTERRUPTS();
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		RESUME_INTERRUPTS();
+		pgstat_report_activity(STATE_IDLE, NULL);
+		elog(LOG, "frameq worker: this round failed; the next one runs as usual");
+		ok = false;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(oldcontext);
+	return ok;
+}
+
 /* a worker that exits must not leave its latch to be set by others */
 static void
 worker_detach(int code, Datum arg)
@@ -268,6 +319,7 @@ frameq_worker_main(Datum main_arg)
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(frameq_database, NULL, 0);
 	pgstat_report_appname("frameq worker");
+	worker_session_settings();
 
 	/*
 	 * The first worker since shared memory was set up opens the quarantine;
@@ -312,6 +364,7 @@ frameq_worker_main(Datum main_arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			worker_session_settings();	/* frameq.lock_wait may have moved */
 		}
 
 		/* did the wall clock jump?  then count every lease from now */
@@ -338,8 +391,8 @@ frameq_worker_main(Datum main_arg)
 		until = FrameqWorker->quarantine_until;
 		SpinLockRelease(&FrameqWorker->mutex);
 
-		worker_round(rearm, since, wall_now, wall_now >= until || !frameq_quarantine);
-		rearm = false;
+		if (worker_round_guarded(rearm, since, wall_now, wall_now >= until || !frameq_quarantine))
+			rearm = false;
 
 		/* wake for the next resend, and at least every second for expiry */
 		timeout = Min(frameq_kill_resend_interval, 1000);

@@ -133,7 +133,7 @@ SELECT results_eq(
 SELECT results_eq(format($$SELECT state FROM frameq.frame WHERE id IN (%s, %s, %s)$$, :f1, :f2, :f3),
 				  $$VALUES ('running'), ('running'), ('running')$$,
 				  'their frames stay running until the kill is confirmed');
-SELECT ok(NOT frameq.owns(:p1), 'owns() is false for a proc under a kill order');
+SELECT ok(NOT frameq.owns(:p1, frameq._run_secret(:p1)), 'owns() is false for a proc under a kill order');
 SELECT is(frameq.complete('t03-h1', :'tok', 4, :p1, 0), 'stale',
 		  'a completion of an old epoch''s proc reported under the new epoch is stale');
 SELECT is((SELECT state FROM frameq.proc WHERE id = :p1), 'killing', 'the stale completion left the kill order in place');
@@ -172,7 +172,7 @@ SELECT results_eq(format($$SELECT r.reason, f.state FROM frameq.run r JOIN frame
 SELECT proc AS p4 FROM frameq.reserve('t03-h1', :'tok', 5, 1) \gset
 SELECT is((SELECT kill FROM frameq.heartbeat('t03-h1', :'tok', 5, '{}')), '{}'::bigint[],
 		  'the first heartbeat after a booking may not list it yet');
-SELECT ok(frameq.owns(:p4), 'and the booking stays live');
+SELECT ok(frameq.owns(:p4, frameq._run_secret(:p4)), 'and the booking stays live');
 SELECT is((SELECT kill FROM frameq.heartbeat('t03-h1', :'tok', 5, '{}')), '{}'::bigint[],
 		  'a later heartbeat that still does not list it orders nothing killed');
 SELECT results_eq(format($$SELECT r.reason, f.state, f.retries FROM frameq.run r JOIN frameq.frame f ON f.id = r.frame WHERE r.proc = %s$$, :p4),

@@ -54,7 +54,7 @@ SELECT results_eq(
 					 2147483648::bigint, 1, 1073741824::bigint, 'running', NULL::text, NULL::timestamptz, NULL::text)$$,
 		   :host, :epoch, :job, :layer, :show, :alloc),
 	'the proc records host, epoch, keys and 150 centicores, and is running without a kill order');
-SELECT ok(frameq.owns(:proc7), 'owns() is true for the live proc');
+SELECT ok(frameq.owns(:proc7, frameq._run_secret(:proc7)), 'owns() is true for the live proc');
 
 -- the run record, from the moment of booking
 SELECT results_eq(

@@ -73,7 +73,7 @@ SELECT is(frameq.complete('t08-h2', :'tok2', :epoch2, :p_ok1, 0), 'stale',
 SELECT is(frameq.complete('t08-h1', :'tok', :epoch, 1234567, 0), 'stale',
 		  'complete of an unknown proc is stale');
 SELECT is(fqtest.state(), :'before', 'the four stale reports changed nothing');
-SELECT ok(frameq.owns(:p_ok1), 'the proc is still owned after the stale reports');
+SELECT ok(frameq.owns(:p_ok1, frameq._run_secret(:p_ok1)), 'the proc is still owned after the stale reports');
 
 -- ------------------------------------------------------------- success
 
@@ -84,7 +84,7 @@ SELECT is(frameq.complete('t08-h1', :'tok', :epoch, :p_ok1, 0, 0, 1048576), 'acc
 SELECT results_eq(format('SELECT state, retries, attempts FROM frameq.frame WHERE id = %s', :f_ok1),
 				  $$VALUES ('succeeded', 0, 1)$$, 'exit 0 makes the frame succeeded, with no retry counted');
 SELECT is((SELECT count(*)::int FROM frameq.proc WHERE id = :p_ok1), 0, 'the completed proc is deleted');
-SELECT ok(NOT frameq.owns(:p_ok1), 'owns() is false for the completed proc');
+SELECT ok(NOT frameq.owns(:p_ok1, frameq._run_secret(:p_ok1)), 'owns() is false for the completed proc');
 SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host), 400, 'the host gets its core back at once (4 idle)');
 SELECT is((SELECT used_cores FROM frameq.usage WHERE kind = 'host' AND id = :host), 4.00::numeric(12,2),
 		  'usage reports 4 cores in use on the host');
@@ -149,7 +149,7 @@ SELECT is((SELECT state FROM frameq.job WHERE id = :j_eat), 'finished', 'a job w
 
 UPDATE frameq.proc SET state = 'killing', kill_reason = 't08 test', kill_at = clock_timestamp(), want_state = 'dead'
  WHERE id = :p_kill;
-SELECT ok(NOT frameq.owns(:p_kill), 'owns() is false for a proc under a kill order');
+SELECT ok(NOT frameq.owns(:p_kill, frameq._run_secret(:p_kill)), 'owns() is false for a proc under a kill order');
 SELECT is(frameq.complete('t08-h1', :'tok', :epoch, :p_kill, 0), 'accepted',
 		  'complete of a proc under a kill order is accepted');
 SELECT results_eq(format('SELECT state, retries FROM frameq.frame WHERE id = %s', :f_kill),

@@ -66,7 +66,7 @@ SELECT results_eq(format($$SELECT used_cc, running FROM frameq.ledger() WHERE ki
 				  'VALUES (100, 1)', 'the ledger keeps the released proc''s charge until commit');
 ROLLBACK TO SAVEPOINT release_sp;
 SELECT is(fqtest.state(), :'before_release', 'rolling back the release restores the proc, the frame, the host and the ledger');
-SELECT ok(frameq.owns(:p1), 'the proc is live again');
+SELECT ok(frameq.owns(:p1, frameq._run_secret(:p1)), 'the proc is live again');
 SELECT is_empty('SELECT * FROM frameq.check()', 'check() finds nothing wrong after the rolled-back release');
 
 -- and a booking after all of that is charged exactly once

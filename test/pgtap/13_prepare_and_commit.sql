@@ -85,14 +85,14 @@ ROLLBACK;
 
 SELECT is(:'outcome'::text, 'accepted', 'a transaction completes the proc');
 SELECT is(:'LAST_ERROR_SQLSTATE'::text, '0A000', 'PREPARE TRANSACTION after a release is refused with 0A000');
-SELECT ok(frameq.owns(:p1), 'the proc whose release could not be prepared is still live');
+SELECT ok(frameq.owns(:p1, frameq._run_secret(:p1)), 'the proc whose release could not be prepared is still live');
 SELECT results_eq(:'job_ledger', 'VALUES (100, 1)', 'the refused release left the ledger charge in place');
 
 BEGIN;
 SELECT frameq.complete('t13-h1', :'tok', :epoch, :p1, 0) AS outcome \gset
 ROLLBACK;
 SELECT is(:'outcome'::text, 'accepted', 'another transaction completes the proc, then rolls back');
-SELECT ok(frameq.owns(:p1), 'after ROLLBACK of the release the proc is live again');
+SELECT ok(frameq.owns(:p1, frameq._run_secret(:p1)), 'after ROLLBACK of the release the proc is live again');
 SELECT results_eq(:'job_ledger', 'VALUES (100, 1)', 'after ROLLBACK of the release the ledger still charges it');
 SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host), 700, 'after ROLLBACK of the release the host still gives it a core');
 

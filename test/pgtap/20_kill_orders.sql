@@ -90,7 +90,7 @@ SELECT is(:'usage_before',
 			'limit t20.lic: 6.00/ cores, 0/ gpus, 6/10 running',
 			'subscription t20show@t20.pool: 9.00/100.00 cores, 0/ gpus, 9/ running'),
 		  'before the kill orders usage counts 9 procs: 6 on h1, 2 on h2, 1 on h3, in every cap');
-SELECT results_eq(format($$SELECT id, frameq.owns(id) FROM frameq.proc WHERE id IN (%s, %s, %s, %s, %s, %s, %s, %s, %s) ORDER BY id$$,
+SELECT results_eq(format($$SELECT id, frameq.owns(id, frameq._run_secret(id)) FROM frameq.proc WHERE id IN (%s, %s, %s, %s, %s, %s, %s, %s, %s) ORDER BY id$$,
 						 :pa1, :pa2, :pa3, :pa4, :pk1, :pk2, :pd1, :pd2, :pr1),
 				  format($$SELECT x, true FROM unnest(ARRAY[%s, %s, %s, %s, %s, %s, %s, %s, %s]::bigint[]) x ORDER BY x$$,
 						 :pa1, :pa2, :pa3, :pa4, :pk1, :pk2, :pd1, :pd2, :pr1),
@@ -149,12 +149,12 @@ SELECT results_eq(format($$SELECT kind, used_cc, running FROM frameq.ledger()
 				  $$VALUES ('folder', 600, 6), ('job', 400, 4), ('job', 200, 2), ('limit', 600, 6)$$,
 				  'the ledger still charges jobs a and k, their folder and their limit for every proc');
 
-SELECT results_eq(format($$SELECT id, frameq.owns(id) FROM frameq.proc WHERE id IN (%s, %s, %s, %s, %s, %s, %s, %s, %s) ORDER BY id$$,
+SELECT results_eq(format($$SELECT id, frameq.owns(id, frameq._run_secret(id)) FROM frameq.proc WHERE id IN (%s, %s, %s, %s, %s, %s, %s, %s, %s) ORDER BY id$$,
 						 :pa1, :pa2, :pa3, :pa4, :pk1, :pk2, :pd1, :pd2, :pr1),
 				  format($$SELECT x, x = %s FROM unnest(ARRAY[%s, %s, %s, %s, %s, %s, %s, %s, %s]::bigint[]) x ORDER BY x$$,
 						 :pa4, :pa1, :pa2, :pa3, :pa4, :pk1, :pk2, :pd1, :pd2, :pr1),
 				  'owns() is false for every kill order and still true for the one proc left running');
-SELECT ok(NOT frameq.owns(NULL) AND NOT frameq.owns(1), 'owns() is false for a null or unknown proc');
+SELECT ok(NOT frameq.owns(NULL, frameq._run_secret(NULL)) AND NOT frameq.owns(1, frameq._run_secret(1)), 'owns() is false for a null or unknown proc');
 
 SELECT results_eq(format($$SELECT state, finished_at IS NOT NULL FROM frameq.job WHERE id = %s$$, :jk),
 				  $$VALUES ('killed', true)$$, 'kill_job marks the job killed at once');

@@ -151,7 +151,7 @@ SELECT * FROM fqtest.refuses($$SELECT frameq.set_host_state('t22-h1', NULL)$$, '
 SELECT * FROM fqtest.refuses($$SELECT frameq.confirm_host_dead(NULL)$$, '22004', NULL, 'confirm_host_dead(NULL) raises 22004');
 SELECT * FROM fqtest.refuses($$SELECT frameq.confirm_host_dead('t22-nope')$$, '42704', 'host "t22-nope" is not registered',
 	'confirm_host_dead of an unknown host raises 42704');
-SELECT results_eq(format($$SELECT state, frameq.owns(id) FROM frameq.proc WHERE id = %s$$, :pr), $$VALUES ('running', true)$$,
+SELECT results_eq(format($$SELECT state, frameq.owns(id, frameq._run_secret(id)) FROM frameq.proc WHERE id = %s$$, :pr), $$VALUES ('running', true)$$,
 				  'after all the refusals the running frame''s proc is still a plain running proc');
 
 -- ------------------------------------------------------------- host states

@@ -100,7 +100,7 @@ SELECT is((SELECT kill FROM frameq.heartbeat('t23-h1', :'tok', :e, '{}')), '{}':
 SELECT results_eq(format($$SELECT f.state, f.retries, f.attempts, r.reason, r.end_state, r.exit_status FROM frameq.frame f JOIN frameq.run r ON r.frame = f.id WHERE f.id = %s$$, :f1),
 				  $$VALUES ('waiting', 0, 1, 'lost_by_agent', 'waiting', NULL::int)$$,
 				  'it releases the booking the host had seen and no longer runs as lost_by_agent: waiting, one attempt, no retry');
-SELECT results_eq(format($$SELECT state, frameq.owns(id) FROM frameq.proc WHERE id = %s$$, :p3), $$VALUES ('running', true)$$,
+SELECT results_eq(format($$SELECT state, frameq.owns(id, frameq._run_secret(id)) FROM frameq.proc WHERE id = %s$$, :p3), $$VALUES ('running', true)$$,
 				  'the booking made after the previous renewal, which the host may not have seen yet, is kept');
 SELECT is((SELECT kill FROM frameq.heartbeat('t23-h1', :'tok', :e, '{}')), '{}'::bigint[],
 		  'the next heartbeat that still does not list it orders nothing killed');
@@ -127,7 +127,7 @@ SELECT is(fqtest.state_but_leases(), :'before', 'neither report reopened a run r
 SELECT is((SELECT kill FROM frameq.heartbeat('t23-h1', :'tok', :e, ARRAY[:p4, :q1]::bigint[])), ARRAY[:q1]::bigint[],
 		  'another host''s live proc listed by h1 is ordered killed on h1');
 SELECT is(fqtest.state_but_leases(), :'before', 'and nothing changes');
-SELECT results_eq(format($$SELECT p.state, p.host, f.state, frameq.owns(p.id) FROM frameq.proc p JOIN frameq.frame f ON f.id = p.frame WHERE p.id = %s$$, :q1),
+SELECT results_eq(format($$SELECT p.state, p.host, f.state, frameq.owns(p.id, frameq._run_secret(p.id)) FROM frameq.proc p JOIN frameq.frame f ON f.id = p.frame WHERE p.id = %s$$, :q1),
 				  format($$VALUES ('running', %s, 'running', true)$$, :h2),
 				  'in particular h2''s proc is still a live running proc of h2');
 SELECT is((SELECT kill FROM frameq.heartbeat('t23-h2', :'tok2', :e2, ARRAY[:q1]::bigint[])), '{}'::bigint[],

@@ -51,7 +51,7 @@ SELECT results_eq(format($$SELECT p.id, f.state, p.state, p.epoch, p.kill_reason
 				  'the running procs become kill orders that want their frames waiting; the earlier kill order keeps its reason and dead; all frames stay running');
 SELECT is((SELECT usage FROM t24_usage), :'usage_before', 'the three procs still count against the host and every cap');
 SELECT is((SELECT count(*)::int FROM frameq.run WHERE job = :job AND ended_at IS NULL), 3, 'their three runs are still open');
-SELECT ok(NOT frameq.owns(:p1) AND NOT frameq.owns(:p2), 'owns() is false for the re-attached host''s earlier procs');
+SELECT ok(NOT frameq.owns(:p1, frameq._run_secret(:p1)) AND NOT frameq.owns(:p2, frameq._run_secret(:p2)), 'owns() is false for the re-attached host''s earlier procs');
 SELECT is(frameq.complete('t24-h1', :'tok', 2, :p1, 0), 'stale',
 		  'the new agent''s report of an earlier epoch''s proc under the new epoch is stale');
 SELECT is((SELECT count(*)::int FROM frameq.proc WHERE id = :p1), 1, 'and releases nothing');

@@ -96,7 +96,7 @@ SELECT results_eq(format($$SELECT f.id, f.state, f.retries, f.attempts, r.reason
 SELECT is((SELECT count(*)::int FROM frameq.proc WHERE id IN (:pa1, :pa2, :pc1, :pd1)), 0, 'none of their procs is left');
 SELECT results_eq($$SELECT name, idle_cc FROM frameq.host WHERE name IN ('t26-a', 't26-c', 't26-d') ORDER BY name$$,
 				  $$VALUES ('t26-a', 400), ('t26-c', 400), ('t26-d', 400)$$, 'their cores are free');
-SELECT results_eq(format($$SELECT id, state, frameq.owns(id) FROM frameq.proc WHERE id IN (%s, %s, %s) ORDER BY id$$, :pb1, :pb2, :pf1),
+SELECT results_eq(format($$SELECT id, state, frameq.owns(id, frameq._run_secret(id)) FROM frameq.proc WHERE id IN (%s, %s, %s) ORDER BY id$$, :pb1, :pb2, :pf1),
 				  format($$SELECT x, 'running', true FROM unnest(ARRAY[%s, %s, %s]::bigint[]) x ORDER BY x$$, :pb1, :pb2, :pf1),
 				  'the procs of b and f are untouched');
 SELECT is(frameq._expire_leases('-infinity'), 0::bigint, 'called again at once, _expire_leases finds nothing more');

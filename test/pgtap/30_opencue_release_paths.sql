@@ -186,8 +186,8 @@ BEGIN
 				   label || ': that heartbeat leaves the new booking untouched');
 	RETURN NEXT is(t30.book(new_host), '{}'::bigint[],
 				   label || ': after the late reports the frame is not bookable again');
-	RETURN NEXT is(frameq.owns(old_proc), false, label || ': owns(old proc) is false');
-	RETURN NEXT is(frameq.owns(new_proc), true, label || ': owns(new proc) is true');
+	RETURN NEXT is(frameq.owns(old_proc, frameq._run_secret(old_proc)), false, label || ': owns(old proc) is false');
+	RETURN NEXT is(frameq.owns(new_proc, frameq._run_secret(new_proc)), true, label || ': owns(new proc) is true');
 	RETURN NEXT is_empty('SELECT * FROM frameq.check()', label || ': check() is clean');
 END
 $$;
@@ -223,7 +223,7 @@ SELECT results_eq(format('SELECT want_state, kill_reason, kill_at IS NOT NULL FR
 				  '1: the kill order wants the frame waiting, says why and when');
 SELECT is(t30.ended(:p1a), ' -> ', '1: the first run is still open');
 SELECT is(t30.book('t30-1b'), '{}'::bigint[], '1: B cannot book frame 1 after A is marked down');
-SELECT is(frameq.owns(:p1a), false, '1: owns() is false for the kill order: A must not publish');
+SELECT is(frameq.owns(:p1a, frameq._run_secret(:p1a)), false, '1: owns() is false for the kill order: A must not publish');
 SELECT is((SELECT idle_cores FROM frameq.hosts WHERE name = 't30-1a'), 3.00::numeric(12,2),
 		  '1: the kill order still holds its core on A');
 
@@ -254,8 +254,8 @@ SELECT is((SELECT retries FROM frameq.frame WHERE id = :f1), 0, '1: the host''s 
 SELECT t30.booking(:f1) AS fp1 \gset
 SELECT is(t30.done('t30-1a', :p1a, 0, 0), 'stale', '1: A''s late complete of the old run is stale');
 SELECT is(t30.booking(:f1), :'fp1', '1: and leaves B''s booking untouched');
-SELECT is(frameq.owns(:p1a), false, '1: owns(old proc) is false');
-SELECT is(frameq.owns(:p1b), true, '1: owns(new proc) is true');
+SELECT is(frameq.owns(:p1a, frameq._run_secret(:p1a)), false, '1: owns(old proc) is false');
+SELECT is(frameq.owns(:p1b, frameq._run_secret(:p1b)), true, '1: owns(new proc) is true');
 SELECT is_empty('SELECT * FROM frameq.check()', '1: check() is clean');
 
 -- =====================================================================
@@ -600,7 +600,7 @@ SELECT results_eq(format($$SELECT f.state, p.id, p.state, p.want_state, p.kill_r
 				  '6: retry, eat, kill and kill_job leave each frame running, its proc a kill order with the wanted state');
 SELECT is((SELECT state FROM frameq.job WHERE id = :j6k), 'killed', '6: the killed job is killed at once');
 SELECT is(t30.book('t30-6b'), '{}'::bigint[], '6: B can book none of the four');
-SELECT is(ARRAY[frameq.owns(:p61), frameq.owns(:p62), frameq.owns(:p63), frameq.owns(:p6k), frameq.owns(:p64)],
+SELECT is(ARRAY[frameq.owns(:p61, frameq._run_secret(:p61)), frameq.owns(:p62, frameq._run_secret(:p62)), frameq.owns(:p63, frameq._run_secret(:p63)), frameq.owns(:p6k, frameq._run_secret(:p6k)), frameq.owns(:p64, frameq._run_secret(:p64))],
 		  ARRAY[false, false, false, false, true], '6: owns() is false for the kill orders, true for the untouched run');
 SELECT is(t30.hb('t30-6a', ARRAY[:p61, :p62, :p63, :p64, :p6k]::bigint[]),
 		  (SELECT array_agg(x ORDER BY x) FROM unnest(ARRAY[:p61, :p62, :p63, :p6k]::bigint[]) x),
@@ -636,7 +636,7 @@ SELECT is(t30.done('t30-6a', :p61, 0, 0), 'stale', '6: the retried run''s late c
 SELECT is(t30.hb('t30-6a', ARRAY[:p61, :p64]::bigint[]), ARRAY[:p61]::bigint[],
 		  '6: a heartbeat still listing the retried run gets it back as a zombie');
 SELECT is(t30.booking(:f61), :'fp6', '6: and B''s booking is untouched');
-SELECT is(ARRAY[frameq.owns(:p61), frameq.owns(:p61b)], ARRAY[false, true], '6: owns(old) false, owns(new) true');
+SELECT is(ARRAY[frameq.owns(:p61, frameq._run_secret(:p61)), frameq.owns(:p61b, frameq._run_secret(:p61b))], ARRAY[false, true], '6: owns(old) false, owns(new) true');
 SELECT is_empty('SELECT * FROM frameq.check()', '6: check() is clean');
 
 SELECT * FROM finish();
