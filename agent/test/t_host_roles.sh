@@ -87,6 +87,9 @@ b_intact "after a's calls"
 	ok "a's own proc runs on" || fail "a's proc: $(q "SELECT state FROM frameq.proc WHERE id = $pa")"
 
 # ---- a's complete of b's proc, in a transaction left open, locks nothing
+# (the worker, which sends the kill notification, starts up to 5 s after
+# the database exists)
+wait_for 15 "the frameq worker runs" worker_up || finish
 psql -X -q -At -U "$ra" -c "BEGIN; SELECT frameq.complete('$ha', '$toka', $epa, $pb, 0); SELECT pg_sleep(8); COMMIT;" \
 	>"$T/holder.out" 2>&1 &
 holder=$!
