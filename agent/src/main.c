@@ -325,6 +325,9 @@ do_attach(void)
 	int64_t		sent;
 	double		ttl;
 
+	/* its answer carries every kill order: no hint is pending after it */
+	hint_pending = false;
+	hint_count = 0;
 	res = db_exec("SELECT a.epoch, extract(epoch FROM a.lease_ttl)::float8, a.kill::text, "
 				  "a.channel FROM frameq.attach($1, $2, $3) a",
 				  3, params, call_timeout_ms(), &sent);
@@ -656,10 +659,12 @@ do_reload(void)
 	free(token);
 	token = t;
 	if (token_given_up)
+	{
 		log_event("token-reread", "file=%s result=reloaded message=\"SIGHUP: trying the token in the file again\"",
 				  n.token_file);
-	token_given_up = false;
-	next_heartbeat = 0;
+		token_given_up = false;
+		next_heartbeat = 0;
+	}
 	config_free(&cfg);
 	cfg = n;
 	update_grace();
