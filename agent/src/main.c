@@ -36,8 +36,8 @@
  * Notifications on the host's channel are hints, never orders: any role
  * that can connect can NOTIFY any channel, with any payload.  A
  * notification only makes the agent heartbeat now (at most once per
- * HINT_GAP, however many arrive), and only the kill orders in the answer
- * to the agent's own, token-authenticated call stop a render.
+ * HINT_GAP_NS, 100 ms, however many arrive), and only the kill orders in
+ * the answer to the agent's own, token-authenticated call stop a render.
  *
  * The host token: a call refused with 28P01 (the token is wrong, e.g. it
  * was rotated) makes the agent read its token file again, once, and retry
