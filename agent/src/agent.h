@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define AGENT_VERSION "0.1.0"
+#define AGENT_VERSION "0.2.0"
 
 #define NS_PER_SEC 1000000000LL
 
@@ -212,6 +212,8 @@ struct booking
 	int64_t		gpu_memory;
 	char	  **env;			/* "KEY=VALUE" from the layer's env */
 	int			nenv;
+	/* the booking's run_secret ("" if the server has none): FRAMEQ_RUN_SECRET */
+	char		run_secret[65];
 };
 
 struct launch
@@ -304,5 +306,8 @@ extern bool runs_take_launch_error(void);
 
 /* set when a run ended (there is room again) */
 extern bool runs_take_ended(void);
+
+/* set when a report was refused with 28P01 (bad host token) */
+extern bool runs_take_token_refused(void);
 
 #endif							/* FRAMEQ_AGENT_H */

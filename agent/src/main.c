@@ -11,8 +11,8 @@
  *      host's kill channel;
  *   3. run: heartbeat every third of the lease with every proc still alive
  *      here, reserve while there is room, launch each booking under a
- *      supervisor, report each end with complete(); kill orders from a
- *      heartbeat or a notification go to the supervisor at once;
+ *      supervisor, report each end with complete(); the kill orders in the
+ *      answer of an attach or heartbeat go to the supervisor at once;
  *   4. on a lost lease (FQ001/FQ002): kill everything, wait until it is dead,
  *      attach again.
  *
@@ -32,6 +32,17 @@
  * moves no deadline; a reserve whose answer is lost left bookings the agent
  * never saw, which its next heartbeats release (lost_by_agent); a complete
  * whose answer is lost is sent again and answers 'duplicate'.
+ *
+ * Notifications on the host's channel are hints, never orders: any role
+ * that can connect can NOTIFY any channel, with any payload.  A
+ * notification only makes the agent heartbeat now (at most once per
+ * HINT_GAP_NS, 100 ms, however many arrive), and only the kill orders in
+ * the answer to the agent's own, token-authenticated call stop a render.
+ *
+ * The host token: a call refused with 28P01 (the token is wrong, e.g. it
+ * was rotated) makes the agent read its token file again, once, and retry
+ * with what it holds now.  If the file holds the same token, the agent
+ * gives up on it: it makes no call until the file changes or a SIGHUP.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -90,6 +101,20 @@ static int	final_beats;
 static int64_t stop_give_up;
 static int	exit_code;
 static bool reload_requested;
+
+/*
+ * Kill hints: the first notification after a quiet HINT_GAP heartbeats at
+ * once; any arriving later in the gap wait for its end, so a flood costs at
+ * most one heartbeat per gap and no notification goes unanswered.
+ */
+#define HINT_GAP_NS (NS_PER_SEC / 10)
+static bool hint_pending;		/* a notification not yet followed by a heartbeat */
+static int	hint_count;			/* notifications since the last heartbeat */
+static int64_t hint_beat_at;	/* when the last hint heartbeat was sent */
+
+/* the token was refused and the file held no other: no calls until it changes */
+static bool token_given_up;
+static int64_t next_token_check;
 
 #define SEC(x) ((int64_t) ((x) * (double) NS_PER_SEC))
 
@@ -182,7 +207,11 @@ read_boot_id(void)
 	boot_id[strcspn(boot_id, "\r\n")] = '\0';
 }
 
-/* parse a bigint[] in text form ("{1,2,3}") and kill each */
+/*
+ * Parse a bigint[] in text form ("{1,2,3}") and kill each: the kill orders
+ * of the answer to one of the agent's own calls (source), the only ones it
+ * acts on.
+ */
 static void
 kill_list(const char *text, const char *source)
 {
@@ -201,6 +230,7 @@ kill_list(const char *text, const char *source)
 			continue;
 		}
 		v = strtoll(p, &end, 10);
+		log_event("kill-order", "proc=%lld source=%s", v, source);
 		runs_kill(v, WHY_ORDER, source);
 		p = end;
 	}
@@ -232,6 +262,61 @@ lease_error(struct pg_result *res)
 	return false;
 }
 
+/*
+ * A call was refused with 28P01: the server does not take our token (it
+ * was rotated, or the file is wrong).  Read the token file again, once: if
+ * it holds another token, use it and retry the call (true).  Otherwise give
+ * up on the token: no call until the file changes (looked at every 10 s)
+ * or a SIGHUP; meanwhile the supervisors' deadlines pass as for any agent
+ * cut off from the database.
+ */
+static bool
+token_refused(const char *call)
+{
+	char		err[1024];
+	char	   *t = config_read_token(cfg.token_file, err, sizeof(err));
+
+	if (t && strcmp(t, token) != 0)
+	{
+		log_event("token-reread", "call=%s file=%s result=changed message=\"the server refused the host token (28P01); retrying with the token now in the file\"",
+				  call, cfg.token_file);
+		free(token);
+		token = t;
+		return true;
+	}
+	log_event("token-refused", "call=%s file=%s result=%s message=\"the server refused the host token (28P01) and the token file holds no other: giving up; no call until the file changes or SIGHUP\"",
+			  call, cfg.token_file, t ? "unchanged" : log_clean(err));
+	free(t);
+	token_given_up = true;
+	next_token_check = lease_clock_ns() + SEC(10);
+	return false;
+}
+
+/* given up on the token: has the file another one now? */
+static void
+token_check(void)
+{
+	char		err[1024];
+	char	   *t;
+
+	if (lease_clock_ns() < next_token_check)
+		return;
+	next_token_check = lease_clock_ns() + SEC(10);
+	t = config_read_token(cfg.token_file, err, sizeof(err));
+	if (!t || strcmp(t, token) == 0)
+	{
+		free(t);
+		return;
+	}
+	log_event("token-reread", "file=%s result=changed message=\"the token file changed; trying the new token\"",
+			  cfg.token_file);
+	free(token);
+	token = t;
+	token_given_up = false;
+	next_heartbeat = 0;
+	next_reserve = 0;
+}
+
 static bool
 do_attach(void)
 {
@@ -240,6 +325,9 @@ do_attach(void)
 	int64_t		sent;
 	double		ttl;
 
+	/* its answer carries every kill order: no hint is pending after it */
+	hint_pending = false;
+	hint_count = 0;
 	res = db_exec("SELECT a.epoch, extract(epoch FROM a.lease_ttl)::float8, a.kill::text, "
 				  "a.channel FROM frameq.attach($1, $2, $3) a",
 				  3, params, call_timeout_ms(), &sent);
@@ -253,6 +341,8 @@ do_attach(void)
 		log_event("attach-failed", "host=%s sqlstate=%s error=\"%s\"%s", cfg.host, st, db_error(res),
 				  config_error ? " hint=\"is the host registered and the token file right? (SIGHUP re-reads it)\"" : "");
 		next_heartbeat = lease_clock_ns() + (config_error ? SEC(10) : SEC(1));
+		if (strcmp(st, "28P01") == 0 && token_refused("attach"))
+			next_heartbeat = 0;
 		db_clear(res);
 		return false;
 	}
@@ -285,8 +375,13 @@ do_heartbeat(void)
 	struct pg_result *res;
 	int64_t		sent;
 	double		ttl;
+	int			hints;
 
 	snprintf(ep, sizeof(ep), "%" PRId64, epoch);
+	/* this heartbeat answers every notification that has arrived so far */
+	hints = hint_count;
+	hint_pending = false;
+	hint_count = 0;
 	res = db_exec("SELECT extract(epoch FROM h.lease_ttl)::float8, h.kill::text "
 				  "FROM frameq.heartbeat($1, $2, $3::bigint, $4::bigint[]) h",
 				  4, params, call_timeout_ms(), &sent);
@@ -302,6 +397,8 @@ do_heartbeat(void)
 			log_event("heartbeat-failed", "epoch=%" PRId64 " sqlstate=%s error=\"%s\"",
 					  epoch, db_sqlstate(res), db_error(res));
 			next_heartbeat = lease_clock_ns() + SEC(lease_ttl / 6 < 1 ? lease_ttl / 6 : 1);
+			if (strcmp(db_sqlstate(res), "28P01") == 0 && token_refused("heartbeat"))
+				next_heartbeat = 0;
 		}
 		db_clear(res);
 		free(list);
@@ -316,9 +413,9 @@ do_heartbeat(void)
 	lease_deadline = sent + SEC(lease_ttl) - grace_ns;
 	runs_push_deadline(lease_deadline, grace_ns);
 	next_heartbeat = sent + SEC(lease_ttl / 3);
-	log_event("lease-renewed", "epoch=%" PRId64 " lease_ttl=%.3fs running=%s kill=%s deadline_in=%.3fs",
+	log_event("lease-renewed", "epoch=%" PRId64 " lease_ttl=%.3fs running=%s kill=%s deadline_in=%.3fs hints=%d",
 			  epoch, lease_ttl, list, db_value(res, 0, 1),
-			  (double) (lease_deadline - lease_clock_ns()) / NS_PER_SEC);
+			  (double) (lease_deadline - lease_clock_ns()) / NS_PER_SEC, hints);
 	kill_list(db_value(res, 0, 1), "heartbeat");
 	db_clear(res);
 	free(list);
@@ -365,6 +462,24 @@ reserve_time(void)
 	return next_reserve > launch_hold_until ? next_reserve : launch_hold_until;
 }
 
+/* the run secret goes into an environment variable: hex digits only */
+static void
+set_secret(struct booking *b, const char *s)
+{
+	size_t		len = strlen(s);
+
+	b->run_secret[0] = '\0';
+	if (len == 0)
+		return;
+	if (len >= sizeof(b->run_secret) || strspn(s, "0123456789abcdefABCDEF") != len)
+	{
+		log_event("warning", "proc=%" PRId64 " message=\"the booking's run secret is not a short hex string; the render gets none\"",
+				  b->proc);
+		return;
+	}
+	memcpy(b->run_secret, s, len + 1);
+}
+
 static void
 do_reserve(void)
 {
@@ -386,9 +501,14 @@ do_reserve(void)
 		snprintf(mf, sizeof(mf), "%d", max_frames);
 		params[3] = mf;
 	}
-	/* the layer's env as rows: no JSON parsing here */
+	/*
+	 * The layer's env as rows: no JSON parsing here.  run_secret through
+	 * to_jsonb, so that a server still without it (0.1.0) answers NULL and
+	 * an agent can be upgraded before the extension.
+	 */
 	res = db_exec("SELECT b.proc, b.frame, b.job, b.layer, b.frame_number, b.command, "
-				  "b.cores::text, b.memory, b.gpus, b.gpu_memory, e.key, e.value "
+				  "b.cores::text, b.memory, b.gpus, b.gpu_memory, e.key, e.value, "
+				  "to_jsonb(b) ->> 'run_secret' "
 				  "FROM frameq.reserve($1, $2, $3::bigint, $4::int) b "
 				  "LEFT JOIN LATERAL jsonb_each_text(b.env) e ON true",
 				  4, params, call_timeout_ms(), NULL);
@@ -401,6 +521,8 @@ do_reserve(void)
 			log_event("reserve-failed", "epoch=%" PRId64 " sqlstate=%s error=\"%s\"",
 					  epoch, db_sqlstate(res), db_error(res));
 		next_reserve = now + SEC(cfg.reserve_interval);
+		if (strcmp(db_sqlstate(res), "28P01") == 0 && token_refused("reserve"))
+			next_reserve = 0;
 		db_clear(res);
 		return;
 	}
@@ -429,6 +551,7 @@ do_reserve(void)
 			b->gpus = atoi(db_value(res, i, 8));
 			b->gpu_memory = strtoll(db_value(res, i, 9), NULL, 10);
 			b->env = calloc((size_t) n + 1, sizeof(char *));
+			set_secret(b, db_isnull(res, i, 12) ? "" : db_value(res, i, 12));
 		}
 		if (!db_isnull(res, i, 10))
 		{
@@ -468,34 +591,36 @@ do_reserve(void)
 	next_reserve = nb > 0 ? now : now + SEC(cfg.reserve_interval);
 }
 
+/*
+ * A notification on the host's channel: a hint that a kill order may be
+ * waiting, nothing more.  Anyone who can connect can send one, with any
+ * payload, so nothing in it is acted on: the agent heartbeats (step()) and
+ * acts on the kill orders in the answer.  Only the first of each gap is
+ * logged, so a flood cannot flood the log either.
+ */
 static void
 on_notify(const char *chan, const char *payload)
 {
-	const char *p;
-	char		reason[256] = "";
-	long long	proc;
+	char		shown[80];
 
-	if (!channel[0] || strcmp(chan, channel) != 0 || !payload)
+	if (!channel[0] || strcmp(chan, channel) != 0)
 		return;
-	/* {"proc": 123, "reason": "..."}: a hint, so a forgiving parse is enough */
-	p = strstr(payload, "\"proc\"");
-	if (!p || !(p = strchr(p, ':')))
+	hint_count++;
+	if (hint_pending)
 		return;
-	proc = strtoll(p + 1, NULL, 10);
-	if ((p = strstr(payload, "\"reason\"")) && (p = strchr(p, ':')) && (p = strchr(p, '"')))
-	{
-		size_t		i = 0;
+	hint_pending = true;
+	snprintf(shown, sizeof(shown), "%s", payload ? payload : "");
+	log_event("kill-hint", "channel=%s payload=\"%s\" message=\"a hint only: heartbeating to learn the kill orders\"",
+			  chan, log_clean(shown));
+}
 
-		for (p++; *p && *p != '"' && i < sizeof(reason) - 1; p++)
-		{
-			if (*p == '\\' && p[1])
-				p++;
-			reason[i++] = *p;
-		}
-		reason[i] = '\0';
-	}
-	log_event("kill-order", "proc=%lld reason=\"%s\" source=notification", proc, log_clean(reason));
-	runs_kill(proc, WHY_ORDER, reason);
+/* when the hint heartbeat may go out; INT64_MAX if none is due */
+static int64_t
+hint_time(void)
+{
+	if (!hint_pending || phase != PH_RUNNING || token_given_up)
+		return INT64_MAX;
+	return hint_beat_at + HINT_GAP_NS;
 }
 
 static void
@@ -533,6 +658,13 @@ do_reload(void)
 		reconnect = true;
 	free(token);
 	token = t;
+	if (token_given_up)
+	{
+		log_event("token-reread", "file=%s result=reloaded message=\"SIGHUP: trying the token in the file again\"",
+				  n.token_file);
+		token_given_up = false;
+		next_heartbeat = 0;
+	}
 	config_free(&cfg);
 	cfg = n;
 	update_grace();
@@ -628,6 +760,14 @@ step(void)
 		listening = false;
 	}
 
+	/* a refused token: nothing until the file holds another one */
+	if (token_given_up)
+	{
+		token_check();
+		if (token_given_up)
+			return;
+	}
+
 	/*
 	 * Reports first.  Before an attach, all of them at once: an earlier
 	 * epoch's finished render counts only while its proc is still live.
@@ -635,6 +775,12 @@ step(void)
 	if (!runs_send_reports(cfg.host, token, phase == PH_ATTACH, call_timeout_ms(),
 						   cfg.fault_drop_reports))
 		return;
+	/* 28P01: re-read the token file; the reports go out again next round */
+	if (runs_take_token_refused())
+	{
+		token_refused("complete");
+		return;
+	}
 
 	if (phase == PH_LEASE_LOST)
 	{
@@ -682,6 +828,12 @@ step(void)
 		final_beats++;
 		return;
 	}
+	if (lease_clock_ns() >= hint_time())
+	{
+		hint_beat_at = lease_clock_ns();
+		if (!do_heartbeat())
+			return;
+	}
 	if (lease_clock_ns() >= next_heartbeat && !do_heartbeat())
 		return;
 	if (phase != PH_RUNNING || stopping)
@@ -726,7 +878,12 @@ wait_events(void)
 	struct pollfd pfd[2];
 	int			np = 0;
 
-	if (!db_connected())
+	if (token_given_up)
+	{
+		if (next_token_check < wake)
+			wake = next_token_check;
+	}
+	else if (!db_connected())
 	{
 		if (next_connect < wake)
 			wake = next_connect;
@@ -735,6 +892,8 @@ wait_events(void)
 	{
 		if ((phase == PH_RUNNING || phase == PH_ATTACH) && next_heartbeat < wake)
 			wake = next_heartbeat;
+		if (hint_time() < wake)
+			wake = hint_time();
 		if (reserve_time() < wake)
 			wake = reserve_time();
 		if (runs_next_report() < wake)

@@ -73,6 +73,7 @@ static struct run *runs;
 static char *state_dir;
 static bool launch_error;
 static bool ended_flag;
+static bool token_refused_flag;
 
 void
 runs_set_state_dir(const char *dir)
@@ -87,6 +88,15 @@ runs_take_launch_error(void)
 	bool		r = launch_error;
 
 	launch_error = false;
+	return r;
+}
+
+bool
+runs_take_token_refused(void)
+{
+	bool		r = token_refused_flag;
+
+	token_refused_flag = false;
 	return r;
 }
 
@@ -680,6 +690,19 @@ runs_send_reports(const char *host, const char *token, bool all_now, int timeout
 			db_clear(res);
 			drop(r);
 			continue;
+		}
+		if (strcmp(db_sqlstate(res), "28P01") == 0)
+		{
+			/*
+			 * The host token was refused: no backoff, the caller re-reads
+			 * the token file and the report goes out again with the new one
+			 * (or not at all, if the agent gives up on its token).
+			 */
+			log_event("report-failed", "proc=%" PRId64 " sqlstate=28P01 error=\"%s\"",
+					  r->b.proc, db_error(res));
+			db_clear(res);
+			token_refused_flag = true;
+			return true;
 		}
 		log_event("report-failed", "proc=%" PRId64 " sqlstate=%s error=\"%s\" retry_in=%.1fs",
 				  r->b.proc, db_sqlstate(res), db_error(res), report_later(r, now));

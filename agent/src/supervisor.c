@@ -98,6 +98,11 @@ exec_render(const struct launch *l, int logfd)
 	setenv("FRAMEQ_FRAME_NUMBER", buf, 1);
 	setenv("FRAMEQ_CORES", b->cores, 1);
 	setenv("FRAMEQ_HOST", l->host, 1);
+	/* the proof the render gives frameq.owns(); never one inherited */
+	if (b->run_secret[0])
+		setenv("FRAMEQ_RUN_SECRET", b->run_secret, 1);
+	else
+		unsetenv("FRAMEQ_RUN_SECRET");
 
 	execl("/bin/sh", "sh", "-c", b->command, (char *) NULL);
 	dprintf(STDERR_FILENO, "frameq-agent: cannot run /bin/sh: %s\n", strerror(errno));

@@ -15,7 +15,8 @@ set -u
 AGENT_TEST_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 AGENT_DIR=$(dirname "$AGENT_TEST_DIR")
 REPO=$(dirname "$AGENT_DIR")
-AGENT_BIN="$AGENT_DIR/frameq-agent"
+# FRAMEQ_AGENT_BIN: another build (e.g. an older agent, to see a test fail)
+AGENT_BIN=${FRAMEQ_AGENT_BIN:-$AGENT_DIR/frameq-agent}
 TEST_NAME=$(basename "$0" .sh)
 : "${FRAMEQ_PORT:=55410}"
 export FRAMEQ_PORT
@@ -43,6 +44,17 @@ die() { echo "not ok: $*"; exit 1; }
 note() { echo "# $*"; }
 
 q() { psql -X -q -At -v ON_ERROR_STOP=1 -c "$1"; }
+
+# sqlstate_as ROLE SQL: run SQL as ROLE; prints the SQLSTATE it failed
+# with, or "ok:" and its output
+sqlstate_as() {
+	local out
+	if out=$(psql -X -q -At -U "$1" -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -c "$2" 2>&1); then
+		echo "ok:$out"
+	else
+		sed -n 's/^\(psql:[^E]*\)\{0,1\}ERROR:  \([0-9A-Z]\{5\}\):.*/\2/p' <<<"$out" | head -n1
+	fi
+}
 
 now() { date +%s.%N; }
 # float arithmetic and comparisons
@@ -143,8 +155,8 @@ start_cluster() {
 	trap 'exit 130' INT
 	trap 'exit 143' TERM
 	set_setting frameq.lease_ttl "$ttl"
-	# agents log in as a role that has frameq_agent and nothing else
-	q "CREATE ROLE agent LOGIN IN ROLE frameq_agent" >/dev/null
+	# agents log in as their host's own role (register_host), which has
+	# frameq_agent and nothing else
 	q "SELECT frameq.create_allocation('farm')" >/dev/null
 	q "SELECT frameq.create_show('show')" >/dev/null
 	q "SELECT frameq.set_subscription('show', 'farm', 1000, 1000)" >/dev/null
@@ -159,17 +171,22 @@ set_setting() {
 }
 setting_is() { [[ $(q "SELECT current_setting('$1')") == "$2" ]]; }
 
-# register_host NAME CORES: writes $T/NAME.token (mode 600)
+# register_host NAME CORES: writes $T/NAME.token (mode 600), and makes the
+# host's own login role (host_role NAME), a member of frameq_agent: one
+# role per host, so no host's session can end another's (doc/security.md)
 register_host() {
 	local name=$1 cores=${2:-2} host
 	host=$(host_name "$name")
 	q "SELECT frameq.register_host('$host', 'farm', $cores, 17179869184)" >"$T/$name.token"
 	chmod 600 "$T/$name.token"
+	q "CREATE ROLE \"$(host_role "$name")\" LOGIN IN ROLE frameq_agent" >/dev/null
 	mkdir -p "$T/$name"
 }
+host_role() { echo "fqh_$(host_name "$1")"; }
 host_epoch() { q "SELECT epoch FROM frameq.hosts WHERE name = '$(host_name "$1")'"; }
 
-CONNINFO_DEFAULT() { echo "host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=agent"; }
+# CONNINFO_DEFAULT NAME: how host NAME's agent connects (as its own role)
+CONNINFO_DEFAULT() { echo "host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=$(host_role "$1")"; }
 
 # start_agent NAME [ARGS...]: runs in the background, log in $T/NAME.log
 start_agent() {
@@ -178,7 +195,7 @@ start_agent() {
 	local cores
 	cores=$(q "SELECT cores FROM frameq.hosts WHERE name = '$(host_name "$name")'")
 	"$AGENT_BIN" \
-		--conninfo "$(CONNINFO_DEFAULT)" \
+		--conninfo "$(CONNINFO_DEFAULT "$name")" \
 		--host "$(host_name "$name")" \
 		--token-file "$T/$name.token" \
 		--cores "$cores" \
@@ -229,6 +246,8 @@ SELECT frameq.submit(jsonb_build_object('show', 'show', 'name', :'name',
 		'cores', 1, 'command', :'cmd') || :'layer'::jsonb)) || :'job'::jsonb);
 SQL
 }
+# the frameq worker (which sends kill notifications) is connected
+worker_up() { [[ $(q "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'frameq worker'") == 1 ]]; }
 job_state() { q "SELECT state FROM frameq.job_progress WHERE job = $1"; }
 job_finished() { [[ $(job_state "$1") == finished ]]; }
 frames_in_state() { q "SELECT count(*) FROM frameq.frames WHERE job = $1 AND state = '$2'"; }

@@ -61,7 +61,7 @@ wait_for 30 "the frames re-ran" job_finished "$job" || finish
 no_violations
 
 # ---- 2
-"$AGENT_BIN" --conninfo "$(CONNINFO_DEFAULT)" --host "$(host_name a)" --token-file "$T/a.token" \
+"$AGENT_BIN" --conninfo "$(CONNINFO_DEFAULT a)" --host "$(host_name a)" --token-file "$T/a.token" \
 	--state-dir "$T/a/state" --log-dir "$T/a/log" >"$T/second.log" 2>&1 </dev/null
 rc=$?
 [[ $rc == 2 ]] && grep -q "another agent is using" "$T/second.log" &&

@@ -3,7 +3,9 @@
 #
 # Two agents (2 cores each) run a job of 16 frames whose commands really
 # run: each writes an output file with its environment (FRAMEQ_PROC, _FRAME,
-# _JOB, _LAYER, _FRAME_NUMBER, _CORES and the layer's env), its working
+# _JOB, _LAYER, _FRAME_NUMBER, _CORES and the layer's env; and whether
+# frameq.owns() takes its FRAMEQ_RUN_SECRET, as its host's role, and
+# refuses a wrong one), its working
 # directory and a line on stdout (which must land in the run's log file).
 # Frames 3 and 7 fail once (exit 3) and are retried.  Afterwards: every
 # frame succeeded, every output names the proc that ran it, the run records
@@ -22,10 +24,19 @@ start_agent a
 start_agent b
 unset FRAMEQ_TAGS
 
+# what a render does before it publishes: prove it is the proc's render
+cat >"$T/owns.sh" <<'SH'
+#!/bin/sh
+psql -X -q -At -U "fqh_$FRAMEQ_HOST" -v p="$FRAMEQ_PROC" -v s="${FRAMEQ_RUN_SECRET:-}" 2>&1 <<'SQL'
+SELECT frameq.owns(:p, :'s')::text || '/' || frameq.owns(:p, 'wrong')::text;
+SQL
+SH
+chmod 755 "$T/owns.sh"
 cmd='f=#FRAME#; if [ $f -eq 3 -o $f -eq 7 ] && [ ! -e failed.$f ]; then touch failed.$f; echo failing; exit 3; fi
 echo "frame #ZFRAME# of #JOB#/#LAYER# says hello"
 sleep 0.3
-printf "%s\n" "proc=$FRAMEQ_PROC" "frame=$FRAMEQ_FRAME" "job=$FRAMEQ_JOB" "layer=$FRAMEQ_LAYER" "number=$FRAMEQ_FRAME_NUMBER" "cores=$FRAMEQ_CORES" "color=$COLOR" "pwd=$(pwd)" "tags=${FRAMEQ_TAGS:-}" > out.#ZFRAME#.tmp
+owns=$('"$T/owns.sh"')
+printf "%s\n" "proc=$FRAMEQ_PROC" "frame=$FRAMEQ_FRAME" "job=$FRAMEQ_JOB" "layer=$FRAMEQ_LAYER" "number=$FRAMEQ_FRAME_NUMBER" "cores=$FRAMEQ_CORES" "color=$COLOR" "pwd=$(pwd)" "tags=${FRAMEQ_TAGS:-}" "secret=${#FRAMEQ_RUN_SECRET}" "owns=$owns" > out.#ZFRAME#.tmp
 mv out.#ZFRAME#.tmp out.#ZFRAME#'
 job=$(submit_job shot010 1-16 "$cmd" '{"env": {"COLOR": "blue"}}') || die "submit failed"
 
@@ -57,7 +68,7 @@ for n in $(seq 1 16); do
 		fail "frame $n: output written by proc $proc, which is not its completed run"
 		bad=1
 	fi
-	expect="frame=$frame job=$job layer=$layer number=$n cores=1.00 color=blue pwd=$T/work tags="
+	expect="frame=$frame job=$job layer=$layer number=$n cores=1.00 color=blue pwd=$T/work tags= secret=32 owns=true/false"
 	got=$(grep -v '^proc=' "$f" | tr '\n' ' ' | sed 's/ $//')
 	if [[ $got != "$expect" ]]; then
 		fail "frame $n environment: got '$got', wanted '$expect'"
@@ -70,7 +81,7 @@ for n in $(seq 1 16); do
 		bad=1
 	fi
 done
-[[ $bad == 0 ]] && ok "every output has the right environment, working directory and log file"
+[[ $bad == 0 ]] && ok "every output has the right environment (a 32-digit run secret that owns() takes), working directory and log file"
 
 [[ $(q "SELECT count(*) FROM frameq.runs WHERE job = $job AND reason = 'completed' AND (max_rss IS NULL OR max_rss <= 0)") == 0 ]] &&
 	ok "every completed run reports its max RSS" || fail "runs without max_rss"

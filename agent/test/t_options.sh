@@ -51,7 +51,7 @@ register_host a 4
 # ---- the token file
 agent_once() {
 	# runs the agent in the foreground (at most 5 s); output in $T/once.log
-	timeout 5 "$AGENT_BIN" --conninfo "$(CONNINFO_DEFAULT)" --host "$(host_name a)" --state-dir "$T/a/state" \
+	timeout 5 "$AGENT_BIN" --conninfo "$(CONNINFO_DEFAULT a)" --host "$(host_name a)" --state-dir "$T/a/state" \
 		--log-dir "$T/a/log" "$@" >"$T/once.log" 2>&1 </dev/null
 }
 for mode in 644 640 604 660; do
@@ -75,7 +75,7 @@ rc=$?
 [[ $(host_epoch a) == 0 ]] && ok "a refused agent never attached" || fail "the host attached: epoch $(host_epoch a)"
 
 # ---- the shipped example config is valid
-timeout 3 "$AGENT_BIN" --config "$AGENT_DIR/../doc/frameq-agent.conf.example" --conninfo "$(CONNINFO_DEFAULT)" \
+timeout 3 "$AGENT_BIN" --config "$AGENT_DIR/../doc/frameq-agent.conf.example" --conninfo "$(CONNINFO_DEFAULT a)" \
 	--host "$(host_name a)" --token-file "$T/a.token" --state-dir "$T/a/state" --log-dir "$T/a/log" \
 	>"$T/once.log" 2>&1 </dev/null
 grep -q " attached " "$T/once.log" && ok "the example config file is accepted" ||

@@ -38,9 +38,9 @@ sq() { psql -X -q -At -h "$STANDBY_DIR" -p "$STANDBY_PORT" -c "$1"; }
 [[ $(sq "SELECT pg_is_in_recovery()") == t ]] || die "the standby is not in recovery"
 ok "a streaming standby runs"
 
-STANDBY_CONN="host=$STANDBY_DIR port=$STANDBY_PORT dbname=$PGDATABASE user=agent"
-BOTH_SP="host=$STANDBY_DIR,$PGHOST port=$STANDBY_PORT,$PGPORT dbname=$PGDATABASE user=agent"
-BOTH_PS="host=$PGHOST,$STANDBY_DIR port=$PGPORT,$STANDBY_PORT dbname=$PGDATABASE user=agent"
+STANDBY_CONN="host=$STANDBY_DIR port=$STANDBY_PORT dbname=$PGDATABASE user=$(host_role a)"
+BOTH_SP="host=$STANDBY_DIR,$PGHOST port=$STANDBY_PORT,$PGPORT dbname=$PGDATABASE user=$(host_role a)"
+BOTH_PS="host=$PGHOST,$STANDBY_DIR port=$PGPORT,$STANDBY_PORT dbname=$PGDATABASE user=$(host_role a)"
 
 # ---- 1, 2
 for variant in default any; do

@@ -396,10 +396,21 @@ class Harness:
             SELECT frameq.create_limit('lic', 3);
         """, fetch=False)
         self.caps = {"show-alpha": 6, "show-beta": 5, "folder-shots": 4, "limit-lic": 3}
+        # one login role per host (a member of frameq_agent), as the agent
+        # and its renders log in: no host's session can end another's; the
+        # renders publish into fqh.* through fqh_publisher
+        self.sql("""
+            CREATE ROLE fqh_publisher NOLOGIN;
+            GRANT USAGE ON SCHEMA fqh TO fqh_publisher;
+            GRANT SELECT, INSERT, UPDATE ON fqh.output TO fqh_publisher;
+            GRANT INSERT ON fqh.publish_log TO fqh_publisher;
+            GRANT USAGE ON SEQUENCE fqh.publish_log_id_seq TO fqh_publisher;
+        """, fetch=False)
         tokens = {}
         for h in self.host_names:
             tokens[h] = self.sql("SELECT frameq.register_host(%s, 'farm', %s, 4294967296)",
                                  (h, HOST_CORES))[0][0]
+            self.sql('CREATE ROLE "fqh_%s" LOGIN IN ROLE frameq_agent, fqh_publisher' % h, fetch=False)
         self.standby.basebackup(self.primary)
         self.standby.start()
         specs = []
@@ -411,8 +422,8 @@ class Harness:
         self.monitor.start()
         for h in self.host_names:
             pa, pb = self.proxy_ports[h]
-            conninfo = ("host=127.0.0.1,127.0.0.1 port=%d,%d dbname=fq user=postgres "
-                        "target_session_attrs=read-write connect_timeout=2" % (pa, pb))
+            conninfo = ("host=127.0.0.1,127.0.0.1 port=%d,%d dbname=fq user=fqh_%s "
+                        "target_session_attrs=read-write connect_timeout=2" % (pa, pb, h))
             self.agents[h] = Agent(h, h, self.out, conninfo, tokens[h])
             self.agents[h].start()
 

@@ -16,9 +16,11 @@ agent: the host's fault proxies).
    is free, a live process exceeds the cap: it logs a slot_violation.
 3. It writes its output, tagged with its proc, in chunks with pauses.
 4. It publishes the output only in a transaction that first checks
-   frameq.owns(proc) (which holds the proc row against release until the
-   commit), then exits 0.  Not the owner: exit 3, nothing published.
-   Database unreachable for too long: exit 4.
+   frameq.owns(proc, secret) with the FRAMEQ_RUN_SECRET its agent gave it
+   (true only for the proc's own render; it then holds the proc row
+   against release until the commit), then exits 0.  Not the owner: exit
+   3, nothing published.  Database unreachable for too long: exit 4.
+   It logs in as its host's role (FQH_CONNINFO, its agent's conninfo).
 
 Each event is one JSON line appended (O_APPEND, one write) to
 history/renders.jsonl, with t = CLOCK_MONOTONIC seconds.
@@ -37,6 +39,7 @@ PROC = int(os.environ["FRAMEQ_PROC"])
 FRAME = int(os.environ["FRAMEQ_FRAME"])
 JOB = int(os.environ["FRAMEQ_JOB"])
 HOST = os.environ["FRAMEQ_HOST"]
+SECRET = os.environ.get("FRAMEQ_RUN_SECRET")
 HISTORY = os.open(os.path.join(DIR, "history", "renders.jsonl"),
                   os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
@@ -114,7 +117,7 @@ def publish(content):
             try:
                 with conn:
                     with conn.cursor() as cur:
-                        cur.execute("SELECT frameq.owns(%s)", (PROC,))
+                        cur.execute("SELECT frameq.owns(%s, %s)", (PROC, SECRET))
                         if not cur.fetchone()[0]:
                             log("publish", frame=FRAME, result="not_owner")
                             return 3
