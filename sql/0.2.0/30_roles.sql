@@ -198,7 +198,8 @@ BEGIN
 	PERFORM frameq._nonneg(max_gpus, 'max_gpus', 100000);
 	IF priority NOT BETWEEN -1000000 AND 1000000 THEN
 		RAISE EXCEPTION 'priority must be from -1000000 to 1000000, not %', priority
-			USING ERRCODE = 'program_limit_exceeded';
+			USING ERRCODE = CASE WHEN priority > 0 THEN 'program_limit_exceeded'
+								 ELSE 'invalid_parameter_value' END;
 	END IF;
 	PERFORM frameq._not_null(clear_caps, 'clear_caps');
 	SELECT * INTO j FROM frameq.job x WHERE x.id = frameq._not_null(set_job.job, 'job')

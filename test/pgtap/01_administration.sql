@@ -270,8 +270,8 @@ SELECT * FROM fqtest.refuses(format('SELECT frameq.set_job(%s, max_cores => 1.23
 	'max_cores %', 'set_job refuses max_cores with three decimals with 22023');
 SELECT * FROM fqtest.refuses(format('SELECT frameq.set_job(%s, max_gpus => -1)', :job), '22023',
 	'max_gpus %', 'set_job refuses negative max_gpus with 22023');
-SELECT * FROM fqtest.refuses(format('SELECT frameq.set_job(%s, priority => 2000000)', :job), '22023',
-	'priority %', 'set_job refuses an absurd priority with 22023');
+SELECT * FROM fqtest.refuses(format('SELECT frameq.set_job(%s, priority => 2000000)', :job), '54000',
+	'priority %', 'set_job refuses an absurd priority with 54000');
 
 UPDATE frameq.job SET state = 'finished', finished_at = clock_timestamp() WHERE id = :job;
 SELECT * FROM fqtest.refuses(format('SELECT frameq.set_job(%s, paused => true)', :job), '55000',

@@ -47,7 +47,7 @@ UPDATE frameq.host SET lease_expires_at = clock_timestamp() + interval '1 hour' 
 SELECT * FROM fqtest.refuses(format('SELECT * FROM frameq.reserve(%L, %L, %s, 0)', 't04-h1', :'tok', :epoch),
 	'22023', 'max_frames must be between 1 and 1000%', 'reserve with max_frames 0 raises 22023');
 SELECT * FROM fqtest.refuses(format('SELECT * FROM frameq.reserve(%L, %L, %s, 1001)', 't04-h1', :'tok', :epoch),
-	'22023', 'max_frames must be between 1 and 1000%', 'reserve with max_frames 1001 raises 22023');
+	'54000', 'max_frames must be between 1 and 1000%', 'reserve with max_frames 1001 raises 54000');
 SELECT * FROM fqtest.refuses(format('SELECT * FROM frameq.reserve(%L, %L, %s, -1)', 't04-h1', :'tok', :epoch),
 	'22023', NULL, 'reserve with a negative max_frames raises 22023');
 

@@ -6,8 +6,11 @@
 # extension, installs VERSION '0.1.0' and fills it with a farm in mid-flight
 # (show, allocation, subscription, folder with caps, a limit, three hosts
 # attached with leases, a finished job with its run history, a job with
-# running procs booked by reserve and frames still waiting, a kill order on
-# a running frame, a host set down).  It records every row of every table
+# running procs and frames still waiting, a kill order on a running frame,
+# a host set down).  With the new library loaded and the schema still at
+# 0.1.0, reserve() must refuse (55000, "run ALTER EXTENSION frameq
+# UPDATE"), so the procs are booked by direct INSERT, which the 0.1.0
+# triggers turn into bookings as reserve() would.  It records every row of every table
 # (the 0.1.0 columns, less proc.kill_sent_at, which the worker's resends
 # move), ledger() and check(), runs ALTER EXTENSION frameq UPDATE, and
 # proves:
@@ -77,23 +80,49 @@ def spec(name, frames, **extra):
     return json.dumps(dict(show="upg", name=name, layers=[layer], **extra))
 
 def reserve(h, n):
-    # Between a restart on this build's library and ALTER EXTENSION UPDATE,
-    # agents keep booking against the 0.1.0 schema: that must work.
-    try:
-        got = q("SELECT proc, frame FROM frameq.reserve(%s, %s, %s, %s) ORDER BY frame",
-                h["name"], h["token"], h["epoch"], n)
-    except psycopg2.Error as e:
-        bail("reserve on a database still at 0.1.0, with this build's library loaded, failed: %s %s"
-             % (e.pgcode, (e.pgerror or "").strip().replace("\n", " | ")))
+    """Book up to n waiting frames (in frame order) onto h at 0.1.0.
+
+    Between a restart on this build's library and ALTER EXTENSION UPDATE the
+    library refuses to book (55000, "run ALTER EXTENSION frameq UPDATE"):
+    the 0.1.0 schema takes the host lock the old way, which the library's
+    booking would not wait for.  So the live work is booked the way a
+    superuser may: a direct INSERT of the procs, which the 0.1.0 triggers
+    turn into bookings exactly as reserve() would (frame running, host
+    capacity, caps ledger, run record)."""
+    got = q("""INSERT INTO frameq.proc (id, frame, host, epoch, job, layer, show, folder, allocation,
+                                          limits, cores_cc, memory, gpus, gpu_memory)
+               SELECT 1 + floor(random() * 9e18)::bigint, f.id, h.id, h.epoch, f.job, f.layer, j.show,
+                      j.folder, h.allocation,
+                      coalesce((SELECT array_agg(ll.limit_id ORDER BY ll.limit_id)
+                                  FROM frameq.layer_limit ll WHERE ll.layer = l.id), '{}'),
+                      l.min_cc, l.memory, l.gpus, l.gpu_memory
+                 FROM (SELECT * FROM frameq.frame WHERE state = 'waiting' ORDER BY id LIMIT %s) f
+                 JOIN frameq.layer l ON l.id = f.layer
+                 JOIN frameq.job j ON j.id = f.job,
+                      frameq.host h
+                WHERE h.name = %s
+               RETURNING id, frame""", n, h["name"])
+    got.sort(key=lambda r: r[1])
     h["procs"] += [p for p, f in got]
     return got
+
+# the library refuses to book or report against the old schema, and says why
+try:
+    q("SELECT * FROM frameq.reserve(%s, %s, %s, 1)", H1["name"], H1["token"], H1["epoch"])
+    fail("reserve at 0.1.0 with the 0.2.0 library booked instead of asking for the update")
+except psycopg2.Error as e:
+    if e.pgcode == "55000" and "ALTER EXTENSION frameq UPDATE" in (e.pgerror or ""):
+        ok("reserve at 0.1.0 is refused with 55000 and a hint to run ALTER EXTENSION frameq UPDATE")
+    else:
+        fail("reserve at 0.1.0 failed with %s %s" % (e.pgcode, e.pgerror))
 
 # a job that ran and finished: one run record, ended completed
 jf = q1("SELECT frameq.submit(%s)", spec("finished", "1"))
 b = reserve(H2, 1)
 if len(b) != 1:
     bail("setup: reserve for the finished job booked %s" % b)
-q("SELECT frameq.complete(%s, %s, %s, %s, 0)", H2["name"], H2["token"], H2["epoch"], b[0][0])
+# its completion, as complete() would release it (complete() too waits for the update)
+q("SELECT frameq._release(%s, 'completed', 'succeeded')", b[0][0])
 H2["procs"].remove(b[0][0])
 
 # a live job in the folder, under the limit: 4 frames on h1, 2 on h2, 2 waiting
