@@ -40,19 +40,53 @@ LANGUAGE plpgsql AS $$
 DECLARE
 	h frameq.host;
 BEGIN
+	PERFORM frameq._check_token(frameq._host_by_name(host), token, host);
+	h := frameq._host_lock_by_name(host);
+	PERFORM frameq._check_token(h, token, host);
+	RETURN h;
+END
+$$;
+
+/* the host of that name in the farm (not retired), or 42704 */
+CREATE FUNCTION frameq._host_by_name(host text) RETURNS frameq.host
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+	h frameq.host;
+BEGIN
 	SELECT * INTO h FROM frameq.host x
-	 WHERE x.name OPERATOR(pg_catalog.=) frameq._not_null(_host_lock.host, 'host')
+	 WHERE x.name OPERATOR(pg_catalog.=) frameq._not_null(_host_by_name.host, 'host')
 	   AND x.retired_at IS NULL;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'host "%" is not registered', frameq._clip(host)
 			USING ERRCODE = 'undefined_object',
 				  HINT = 'Register it with frameq.register_host().';
 	END IF;
-	IF token IS NULL OR h.token_hash OPERATOR(pg_catalog.<>)
-			pg_catalog.sha256(pg_catalog.convert_to(token, 'UTF8')) THEN
+	RETURN h;
+END
+$$;
+
+/* 28P01 unless token is h's (a retired host has none) */
+CREATE FUNCTION frameq._check_token(h frameq.host, token text, host text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+	IF token IS NULL OR h.retired_at IS NOT NULL
+	   OR h.token_hash OPERATOR(pg_catalog.<>) pg_catalog.sha256(pg_catalog.convert_to(token, 'UTF8')) THEN
 		RAISE EXCEPTION 'invalid token for host "%"', frameq._clip(host)
 			USING ERRCODE = 'invalid_password';
 	END IF;
+END
+$$;
+
+/*
+ * An operator names a host: lock it as above, without a token.  Returns
+ * the host row read after locking; a host retired while we waited is no
+ * longer there.
+ */
+CREATE OR REPLACE FUNCTION frameq._host_lock_by_name(host text) RETURNS frameq.host
+LANGUAGE plpgsql AS $$
+DECLARE
+	h frameq.host := frameq._host_by_name(host);
+BEGIN
 	IF NOT frameq._lock_host(h.id, NULL) THEN
 		RAISE EXCEPTION 'host "%" is locked by another session', frameq._clip(host)
 			USING ERRCODE = 'lock_not_available',
@@ -61,37 +95,10 @@ BEGIN
 				  HINT = 'Retry; it is held while the host books or renews its lease.';
 	END IF;
 	SELECT * INTO h FROM frameq.host x WHERE x.id OPERATOR(pg_catalog.=) h.id;
-	IF h.retired_at IS NOT NULL OR h.token_hash OPERATOR(pg_catalog.<>)
-			pg_catalog.sha256(pg_catalog.convert_to(token, 'UTF8')) THEN
-		RAISE EXCEPTION 'invalid token for host "%"', frameq._clip(host)
-			USING ERRCODE = 'invalid_password';
-	END IF;
-	RETURN h;
-END
-$$;
-
-/* an operator names a host: lock it as above, without a token */
-CREATE OR REPLACE FUNCTION frameq._host_lock_by_name(host text) RETURNS frameq.host
-LANGUAGE plpgsql AS $$
-DECLARE
-	host_id int;
-	h frameq.host;
-BEGIN
-	SELECT x.id INTO host_id FROM frameq.host x
-	 WHERE x.name OPERATOR(pg_catalog.=) frameq._not_null(_host_lock_by_name.host, 'host')
-	   AND x.retired_at IS NULL;
-	IF NOT FOUND THEN
+	IF h.retired_at IS NOT NULL THEN
 		RAISE EXCEPTION 'host "%" is not registered', frameq._clip(host)
 			USING ERRCODE = 'undefined_object';
 	END IF;
-	IF NOT frameq._lock_host(host_id, NULL) THEN
-		RAISE EXCEPTION 'host "%" is locked by another session', frameq._clip(host)
-			USING ERRCODE = 'lock_not_available',
-				  DETAIL = pg_catalog.format('frameq waited frameq.lock_wait (%s) for it.',
-											 pg_catalog.current_setting('frameq.lock_wait')),
-				  HINT = 'Retry; it is held while the host books or renews its lease.';
-	END IF;
-	SELECT * INTO h FROM frameq.host x WHERE x.id OPERATOR(pg_catalog.=) host_id;
 	RETURN h;
 END
 $$;
