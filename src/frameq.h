@@ -59,6 +59,7 @@ extern int64 frameq_random_id(void);
 extern const char *frameq_clip(const char *value);
 extern const char *frameq_clip_text(text *value);
 extern bool frameq_lock_host(int32 host, int wait_ms);
+extern bool frameq_bounded_wait(void (*fn) (void *arg), void *arg, int wait_ms);
 extern SPIPlanPtr frameq_prepare(const char *sql, int nargs, Oid *argtypes);
 extern SPIPlanPtr frameq_prepare_options(const char *sql, int nargs, Oid *argtypes,
 										 int options);
@@ -119,6 +120,8 @@ typedef struct FrameqHost
 	int64		idle_gpu_memory;
 } FrameqHost;
 
+/* the longest token any call accepts (register_host hands out 64 hex digits) */
+#define FRAMEQ_MAX_TOKEN_BYTES	256
 extern int32 frameq_host_authenticate(text *name, text *token);
 extern void frameq_host_load(int32 host_id, FrameqHost *host);
 extern void frameq_host_check_epoch(const FrameqHost *host, const char *name,

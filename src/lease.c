@@ -39,6 +39,12 @@ frameq_host_authenticate(text *name, text *token)
 							  "  FROM frameq.host WHERE name = $1 AND retired_at IS NULL",
 							  2, types);
 	}
+	/* tokens are 64 hex digits: nothing much longer is hashed */
+	if (VARSIZE_ANY_EXHDR(token) > FRAMEQ_MAX_TOKEN_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("token is too large: %zu bytes, at most %d",
+						(size_t) VARSIZE_ANY_EXHDR(token), FRAMEQ_MAX_TOKEN_BYTES)));
 	args[0] = PointerGetDatum(name);
 	args[1] = PointerGetDatum(token);
 	ret = SPI_execute_plan(plan, args, NULL, true, 1);

@@ -411,6 +411,13 @@ typedef struct RebuildRow
 	int32		running;
 } RebuildRow;
 
+/* the rebuild's lock, as frameq_bounded_wait runs it */
+static void
+lock_proc_for_rebuild(void *arg)
+{
+	LockRelationOid(*(Oid *) arg, ShareRowExclusiveLock);
+}
+
 /*
  * Rebuild the ledger from the proc table.  See the locking protocol above.
  */
@@ -435,7 +442,12 @@ ledger_rebuild(void)
 	procrel = get_relname_relid("proc", nsp);
 	if (!OidIsValid(procrel))
 		elog(ERROR, "frameq: relation frameq.proc does not exist");
-	LockRelationOid(procrel, ShareRowExclusiveLock);
+	if (!frameq_bounded_wait(lock_proc_for_rebuild, &procrel, frameq_lock_wait))
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("frameq's caps ledger cannot be rebuilt now"),
+				 errdetail("Another session has kept frameq.proc locked for longer than frameq.lock_wait."),
+				 errhint("Retry the transaction.")));
 
 	if (pg_atomic_read_u64(&FrameqLedger->valid_generation) != 0)
 	{

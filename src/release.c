@@ -305,13 +305,24 @@ charge_direct_insert(const ProcRow *p, LedgerItem *items, int nitems)
 
 PG_FUNCTION_INFO_V1(frameq_proc_before);
 
-/* before any insert or delete of procs: the ledger must be valid first */
+/*
+ * Before any statement that writes procs, the ledger must be valid: a
+ * rebuild needs every proc writer out of the way, so a writer that sat in
+ * its transaction with the ledger still invalid (after a start) would hold
+ * up every booking and release.  Updates (kill orders) do not change what
+ * the ledger counts; inserts and deletes do, and are noted.
+ */
 Datum
 frameq_proc_before(PG_FUNCTION_ARGS)
 {
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		elog(ERROR, "frameq_proc_before: not called by trigger manager");
-	frameq_ledger_note_proc_write();
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+		frameq_ledger_ensure_valid();
+	else
+		frameq_ledger_note_proc_write();
 	return PointerGetDatum(NULL);
 }
 
@@ -484,16 +495,37 @@ frameq_proc_after_insert(PG_FUNCTION_ARGS)
  * latest snapshot: the last of them to get the lock sees the others'
  * commits.  retry_frame holds the job row in SHARE mode while it puts a
  * frame back, so a finish cannot slip past it.  Only a job's last frames
- * ever take this lock.
+ * ever take this lock, and none waits for it longer than frameq.lock_wait:
+ * past that, the job goes to frameq.job_finish_check for the background
+ * worker (frameq._finish_checked_jobs), and check() allows the job to look
+ * unfinished while it is there.
  */
+/* the job row lock of maybe_finish_job, as frameq_bounded_wait runs it */
+typedef struct JobRowLock
+{
+	SPIPlanPtr	plan;
+	Datum	   *args;
+} JobRowLock;
+
+static void
+lock_job_row(void *arg)
+{
+	JobRowLock *l = (JobRowLock *) arg;
+
+	if (SPI_execute_plan(l->plan, l->args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "frameq: job lock failed");
+}
+
 static void
 maybe_finish_job(int64 job)
 {
 	static SPIPlanPtr live_plan = NULL;
 	static SPIPlanPtr lock_plan = NULL;
 	static SPIPlanPtr finish_plan = NULL;
+	static SPIPlanPtr defer_plan = NULL;
 	Datum		args[1];
 	bool		waiting;
+	JobRowLock	lock;
 
 	if (live_plan == NULL)
 	{
@@ -510,6 +542,9 @@ maybe_finish_job(int64 job)
 									 "   SET state = 'finished', finished_at = clock_timestamp()"
 									 " WHERE id = $1 AND state IN ('active', 'paused')",
 									 1, types);
+		defer_plan = frameq_prepare("INSERT INTO frameq.job_finish_check (job) VALUES ($1)"
+									" ON CONFLICT DO NOTHING",
+									1, types);
 	}
 	args[0] = Int64GetDatum(job);
 	if (SPI_execute_plan(live_plan, args, NULL, false, 1) != SPI_OK_SELECT)
@@ -517,8 +552,22 @@ maybe_finish_job(int64 job)
 	waiting = frameq_get_bool(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, NULL);
 	if (waiting)
 		return;
-	if (SPI_execute_plan(lock_plan, args, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "frameq: job lock failed");
+	lock.plan = lock_plan;
+	lock.args = args;
+	if (!frameq_bounded_wait(lock_job_row, &lock, frameq_lock_wait))
+	{
+		/*
+		 * Another session has kept the job row past frameq.lock_wait: one
+		 * of frameq's own holders is done long before, so this is a role
+		 * holding its transaction open (a host's agent after its own
+		 * complete(), a submitter after set_job()).  Do not let it hold up
+		 * this release: leave the question to the background worker, which
+		 * asks it again each round until it gets the lock.
+		 */
+		if (SPI_execute_plan(defer_plan, args, NULL, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "frameq: deferring the job's finish failed");
+		return;
+	}
 	if (SPI_execute_snapshot(live_plan, args, NULL, GetLatestSnapshot(),
 							 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "frameq: job liveness re-check failed");

@@ -185,33 +185,24 @@ frameq_clip_text(text *value)
 }
 
 /*
- * Take the host's lock (transaction-scoped, ExclusiveLock, the private tag
- * of frameq.h) waiting at most wait_ms milliseconds; 0 only tries.
- * Returns whether it is held.
- *
- * Waiting: first a conditional try, which is all the common case costs.
- * Then a real wait in the lock's queue (so we are woken the moment the
- * holder ends, and the deadlock detector sees us), bounded the way
- * lock_timeout bounds a statement's waits: with LockTimeout lowered to
- * wait_ms for this one LockAcquire, in a subtransaction so that the
- * timeout's error can be caught and turned into "false".  The lock is
- * then handed up to the calling transaction when the subtransaction
- * commits.  A session's own lock_timeout, if shorter, still applies.
+ * Run fn(arg), which waits for a lock, waiting at most wait_ms
+ * milliseconds; returns false if the wait timed out (fn's effects undone),
+ * true when fn ran.  The wait is a real one in the lock's queue (so we are
+ * woken the moment the holder ends, and the deadlock detector sees us),
+ * bounded the way lock_timeout bounds a statement's waits: with
+ * LockTimeout lowered to wait_ms, in a subtransaction so that the
+ * timeout's error can be caught and turned into "false".  Locks taken are
+ * handed up to the calling transaction when the subtransaction commits.
+ * A session's own lock_timeout, if shorter, still applies; a cancel or a
+ * deadlock is still an error.
  */
 bool
-frameq_lock_host(int32 host, int wait_ms)
+frameq_bounded_wait(void (*fn) (void *arg), void *arg, int wait_ms)
 {
-	LOCKTAG		tag;
 	MemoryContext oldcontext = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
 	int			saved_timeout = LockTimeout;
-	volatile bool got = false;
-
-	SET_LOCKTAG_FRAMEQ_HOST(tag, host);
-	if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
-		return true;
-	if (wait_ms <= 0)
-		return false;
+	volatile bool done = false;
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(oldcontext);
@@ -219,9 +210,9 @@ frameq_lock_host(int32 host, int wait_ms)
 	{
 		if (LockTimeout <= 0 || LockTimeout > wait_ms)
 			LockTimeout = wait_ms;
-		(void) LockAcquire(&tag, ExclusiveLock, false, false);
+		fn(arg);
 		LockTimeout = saved_timeout;
-		got = true;
+		done = true;
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcontext);
 		CurrentResourceOwner = oldowner;
@@ -237,13 +228,38 @@ frameq_lock_host(int32 host, int wait_ms)
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcontext);
 		CurrentResourceOwner = oldowner;
-		/* only our timeout means "not had"; a cancel or a deadlock is an error */
+		/* only our timeout means "not had" */
 		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
 			ReThrowError(edata);
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();
-	return got;
+	return done;
+}
+
+static void
+acquire_host_lock(void *arg)
+{
+	(void) LockAcquire((LOCKTAG *) arg, ExclusiveLock, false, false);
+}
+
+/*
+ * Take the host's lock (transaction-scoped, ExclusiveLock, the private tag
+ * of frameq.h) waiting at most wait_ms milliseconds; 0 only tries.
+ * Returns whether it is held.  A conditional try first is all the common
+ * case costs; only a real wait needs the subtransaction.
+ */
+bool
+frameq_lock_host(int32 host, int wait_ms)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_FRAMEQ_HOST(tag, host);
+	if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	if (wait_ms <= 0)
+		return false;
+	return frameq_bounded_wait(acquire_host_lock, &tag, wait_ms);
 }
 
 PG_FUNCTION_INFO_V1(frameq_lock_host_sql);

@@ -220,7 +220,8 @@ typedef enum WorkerStep
 {
 	STEP_REARM,
 	STEP_EXPIRE,
-	STEP_SEND_KILLS
+	STEP_SEND_KILLS,
+	STEP_FINISH_JOBS
 } WorkerStep;
 
 /*
@@ -276,13 +277,15 @@ worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now)
 
 			result = run_step("SELECT frameq._expire_leases($1, $2)", 2, types, args);
 		}
-		else
+		else if (step == STEP_SEND_KILLS)
 		{
 			Oid			types[1] = {INT4OID};
 			Datum		args[1] = {Int32GetDatum(frameq_kill_resend_interval)};
 
 			result = run_step("SELECT frameq._send_kills($1)", 1, types, args);
 		}
+		else
+			result = run_step("SELECT frameq._finish_checked_jobs()", 0, NULL, NULL);
 	}
 
 	SPI_finish();
@@ -330,7 +333,8 @@ worker_step_guarded(WorkerStep step, TimestampTz leases_since, TimestampTz now,
 }
 
 /*
- * One round: re-arm after start or a clock jump, expire, send.  Returns
+ * One round: re-arm after start or a clock jump, expire, send, and settle
+ * the jobs whose finish was left to us.  Returns
  * whether a wanted re-arm is done (if not, the next round tries again;
  * expiry need not wait for it: a start or a clock jump also moved
  * leases_since, before which no lease counts).
@@ -341,6 +345,7 @@ worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire)
 	int64		expired = 0;
 	int64		sent = 0;
 	int64		rearmed = 0;
+	int64		finished = 0;
 	bool		rearm_done = true;
 
 	if (rearm)
@@ -348,6 +353,7 @@ worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire)
 	if (expire)
 		(void) worker_step_guarded(STEP_EXPIRE, leases_since, now, &expired);
 	(void) worker_step_guarded(STEP_SEND_KILLS, leases_since, now, &sent);
+	(void) worker_step_guarded(STEP_FINISH_JOBS, leases_since, now, &finished);
 
 	if (expired > 0)
 		elog(LOG, "frameq worker: %lld host lease(s) expired; their procs were released",

@@ -40,6 +40,11 @@ LANGUAGE plpgsql AS $$
 DECLARE
 	h frameq.host;
 BEGIN
+	/* tokens are 64 hex digits (src/frameq.h, FRAMEQ_MAX_TOKEN_BYTES): nothing much longer is hashed */
+	IF pg_catalog.octet_length(token) > 256 THEN
+		RAISE EXCEPTION 'token is too large: % bytes, at most 256', pg_catalog.octet_length(token)
+			USING ERRCODE = 'program_limit_exceeded';
+	END IF;
 	PERFORM frameq._check_token(frameq._host_by_name(host), token, host);
 	h := frameq._host_lock_by_name(host);
 	PERFORM frameq._check_token(h, token, host);
@@ -301,6 +306,10 @@ DROP FUNCTION frameq.owns(bigint);
 CREATE FUNCTION frameq.owns(proc bigint, secret text DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
+	IF pg_catalog.length(secret) > 64 THEN
+		RAISE EXCEPTION 'secret is too large: % characters, at most 64', pg_catalog.length(secret)
+			USING ERRCODE = 'program_limit_exceeded';
+	END IF;
 	IF proc IS NULL OR secret IS NULL
 	   OR secret OPERATOR(pg_catalog.<>) frameq._run_secret(proc) THEN
 		RETURN false;

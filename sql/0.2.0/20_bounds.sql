@@ -171,10 +171,45 @@ BEGIN
 		PERFORM frameq._tags(ARRAY[tag], 'tag');
 	END IF;
 	IF EXISTS (SELECT 1 FROM frameq.allocation a WHERE a.name = create_allocation.name) THEN
-		RAISE EXCEPTION 'allocation "%" already exists', name USING ERRCODE = 'duplicate_object';
+		RAISE EXCEPTION 'allocation "%" already exists', frameq._clip(name) USING ERRCODE = 'duplicate_object';
 	END IF;
 	INSERT INTO frameq.allocation AS a (name, tag)
 	VALUES (create_allocation.name, create_allocation.tag) RETURNING a.id INTO result;
+	RETURN result;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.create_show(name text) RETURNS int
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+	result int;
+BEGIN
+	PERFORM frameq._name(name, 'name');
+	IF EXISTS (SELECT 1 FROM frameq.show s WHERE s.name = create_show.name) THEN
+		RAISE EXCEPTION 'show "%" already exists', frameq._clip(name) USING ERRCODE = 'duplicate_object';
+	END IF;
+	INSERT INTO frameq.show AS s (name) VALUES (create_show.name) RETURNING s.id INTO result;
+	RETURN result;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.create_limit(name text, max_running int) RETURNS int
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+	result int;
+BEGIN
+	PERFORM frameq._name(name, 'name');
+	PERFORM frameq._nonneg(frameq._not_null(max_running, 'max_running'), 'max_running', 10000000);
+	IF EXISTS (SELECT 1 FROM frameq.limits l WHERE l.name = create_limit.name) THEN
+		RAISE EXCEPTION 'limit "%" already exists', frameq._clip(name) USING ERRCODE = 'duplicate_object';
+	END IF;
+	INSERT INTO frameq.limits AS l (name, max_running)
+	VALUES (create_limit.name, create_limit.max_running)
+	RETURNING l.id INTO result;
+	PERFORM pg_notify('frameq_limit', json_build_object(
+		'kind', 'limit', 'id', result, 'max_running', max_running)::text);
 	RETURN result;
 END
 $$;
@@ -191,7 +226,7 @@ BEGIN
 	PERFORM frameq._name(name, 'name');
 	PERFORM frameq._nonneg(max_gpus, 'max_gpus', 100000);
 	IF EXISTS (SELECT 1 FROM frameq.folder f WHERE f.show = show_id AND f.name = create_folder.name) THEN
-		RAISE EXCEPTION 'folder "%" already exists in show "%"', name, show
+		RAISE EXCEPTION 'folder "%" already exists in show "%"', frameq._clip(name), frameq._clip(show)
 			USING ERRCODE = 'duplicate_object';
 	END IF;
 	INSERT INTO frameq.folder AS f (show, name, max_cc, max_gpus)
@@ -239,7 +274,7 @@ BEGIN
 	PERFORM frameq._nonneg(frameq._not_null(gpus, 'gpus'), 'gpus', 1024);
 	PERFORM frameq._nonneg(frameq._not_null(gpu_memory, 'gpu_memory'), 'gpu_memory', 1::bigint << 50);
 	IF EXISTS (SELECT 1 FROM frameq.host h WHERE h.name = register_host.name AND h.retired_at IS NULL) THEN
-		RAISE EXCEPTION 'host "%" is already registered', name USING ERRCODE = 'duplicate_object';
+		RAISE EXCEPTION 'host "%" is already registered', frameq._clip(name) USING ERRCODE = 'duplicate_object';
 	END IF;
 	INSERT INTO frameq.host (name, allocation, cores_cc, memory, gpus, gpu_memory, tags,
 							 token_hash, idle_cc, idle_memory, idle_gpus, idle_gpu_memory)
@@ -612,7 +647,7 @@ BEGIN
 					  HINT = 'Layer names are 1 to 100 letters, digits and _ . : @ + -.';
 		END IF;
 		IF (v #>> '{}') = ANY (l_name) THEN
-			RAISE EXCEPTION '%.name "%" is used by an earlier layer', path, v #>> '{}'
+			RAISE EXCEPTION '%.name "%" is used by an earlier layer', path, frameq._clip(v #>> '{}')
 				USING ERRCODE = 'invalid_parameter_value';
 		END IF;
 		l_name := l_name || (v #>> '{}');
@@ -802,9 +837,10 @@ BEGIN
 	/*
 	 * Confirm kills and losses.  A row lock held outside frameq_admin (a
 	 * submitter's open kill_frame, a render's fence) must not hold up the
-	 * renewal below: procs locked by others are skipped, and a release
-	 * that still meets a lock gives up after frameq.lock_wait; the next
-	 * heartbeat confirms what this one could not.
+	 * renewal below: the releases wait at most frameq.lock_wait for a lock
+	 * (frameq's own holders, such as the worker sending kill orders, are
+	 * done long before), then are given up together; the next heartbeat
+	 * confirms what this one could not.
 	 */
 	IF EXISTS (SELECT 1 FROM frameq.proc x
 				WHERE x.host = h.id AND x.id <> ALL (heartbeat.running)
@@ -815,14 +851,14 @@ BEGIN
 			/* kill orders the host no longer lists are confirmed dead */
 			FOR p IN SELECT x.id, x.want_state FROM frameq.proc x
 					  WHERE x.host = h.id AND x.state = 'killing' AND x.id <> ALL (heartbeat.running)
-					  FOR UPDATE SKIP LOCKED LOOP
+					  LOOP
 				PERFORM frameq._release(p.id, 'killed', p.want_state);
 			END LOOP;
 			/* bookings the host has demonstrably seen and no longer runs were lost */
 			FOR p IN SELECT x.id FROM frameq.proc x
 					  WHERE x.host = h.id AND x.state = 'running' AND x.epoch = h.epoch
 						AND x.booked_at < h.last_renewal_at AND x.id <> ALL (heartbeat.running)
-					  FOR UPDATE SKIP LOCKED LOOP
+					  LOOP
 				PERFORM frameq._release(p.id, 'lost_by_agent', 'waiting');
 			END LOOP;
 		EXCEPTION WHEN lock_not_available THEN
