@@ -411,13 +411,6 @@ typedef struct RebuildRow
 	int32		running;
 } RebuildRow;
 
-/* the rebuild's lock, as frameq_bounded_wait runs it */
-static void
-lock_proc_for_rebuild(void *arg)
-{
-	LockRelationOid(*(Oid *) arg, ShareRowExclusiveLock);
-}
-
 /*
  * Rebuild the ledger from the proc table.  See the locking protocol above.
  */
@@ -431,6 +424,7 @@ ledger_rebuild(void)
 	int			ret;
 	HASH_SEQ_STATUS seq;
 	LedgerEntry *entry;
+	int			lock_nest;
 
 	if (proc_written)
 		ereport(ERROR,
@@ -442,12 +436,10 @@ ledger_rebuild(void)
 	procrel = get_relname_relid("proc", nsp);
 	if (!OidIsValid(procrel))
 		elog(ERROR, "frameq: relation frameq.proc does not exist");
-	if (!frameq_bounded_wait(lock_proc_for_rebuild, &procrel, frameq_lock_wait))
-		ereport(ERROR,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("frameq's caps ledger cannot be rebuilt now"),
-				 errdetail("Another session has kept frameq.proc locked for longer than frameq.lock_wait."),
-				 errhint("Retry the transaction.")));
+	/* a writer that keeps proc locked past lock_wait: fail (55P03), do not wait on */
+	lock_nest = frameq_bound_lock_waits();
+	LockRelationOid(procrel, ShareRowExclusiveLock);
+	frameq_end_lock_waits(lock_nest);
 
 	if (pg_atomic_read_u64(&FrameqLedger->valid_generation) != 0)
 	{

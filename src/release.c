@@ -542,9 +542,6 @@ maybe_finish_job(int64 job)
 									 "   SET state = 'finished', finished_at = clock_timestamp()"
 									 " WHERE id = $1 AND state IN ('active', 'paused')",
 									 1, types);
-		defer_plan = frameq_prepare("INSERT INTO frameq.job_finish_check (job) VALUES ($1)"
-									" ON CONFLICT DO NOTHING",
-									1, types);
 	}
 	args[0] = Int64GetDatum(job);
 	if (SPI_execute_plan(live_plan, args, NULL, false, 1) != SPI_OK_SELECT)
@@ -564,6 +561,15 @@ maybe_finish_job(int64 job)
 		 * this release: leave the question to the background worker, which
 		 * asks it again each round until it gets the lock.
 		 */
+		if (defer_plan == NULL)
+		{
+			Oid			types[1] = {INT8OID};
+
+			/* prepared only when needed: a 0.1.0 schema has no such table */
+			defer_plan = frameq_prepare("INSERT INTO frameq.job_finish_check (job) VALUES ($1)"
+										" ON CONFLICT DO NOTHING",
+										1, types);
+		}
 		if (SPI_execute_plan(defer_plan, args, NULL, false, 0) != SPI_OK_INSERT)
 			elog(ERROR, "frameq: deferring the job's finish failed");
 		return;

@@ -28,7 +28,7 @@ SELECT r FROM (VALUES
 	($$SELECT frameq.attach('adv-h1', '{tok2}', 'boot-1')$$, '28P01', 'attach: another host''s token'),
 	($$SELECT frameq.attach('adv-h1', '', 'boot-1')$$, '28P01', 'attach: empty token'),
 	($$SELECT frameq.attach('adv-h1', upper('{tok1}'), 'boot-1')$$, '28P01', 'attach: token in upper case'),
-	($$SELECT frameq.attach('adv-h1', repeat('t', 10485760), 'boot-1')$$, '28P01', 'attach: 10 MB token'),
+	($$SELECT frameq.attach('adv-h1', repeat('t', 10485760), 'boot-1')$$, '54000', 'attach: 10 MB token'),
 	($$SELECT frameq.attach('nosuchhost', '{tok1}', 'boot-1')$$, '42704', 'attach: unknown host'),
 	($$SELECT frameq.attach('', '{tok1}', 'boot-1')$$, '42704', 'attach: empty host'),
 	($$SELECT frameq.attach('ADV-H1', '{tok1}', 'boot-1')$$, '42704', 'attach: host name in upper case'),
@@ -79,7 +79,7 @@ SELECT r FROM (VALUES
 	($$SELECT frameq.reserve('adv-h1', '{tok1}', {ep1}, '1e6')$$, '22P02', 'reserve: max_frames ''1e6'' as text'),
 	($$SELECT frameq.reserve('adv-h1', 'not-the-token', {ep1})$$, '28P01', 'reserve: wrong token'),
 	($$SELECT frameq.reserve('adv-h1', '{tok2}', {ep1})$$, '28P01', 'reserve: another host''s token'),
-	($$SELECT frameq.reserve('adv-h1', repeat('t', 10485760), {ep1})$$, '28P01', 'reserve: 10 MB token'),
+	($$SELECT frameq.reserve('adv-h1', repeat('t', 10485760), {ep1})$$, '54000', 'reserve: 10 MB token'),
 	($$SELECT frameq.reserve('adv-h1', '{tok1}', {ep1} - 1)$$, 'FQ001', 'reserve: stale epoch'),
 	($$SELECT frameq.reserve('adv-h1', '{tok1}', -1)$$, 'FQ001', 'reserve: epoch -1'),
 	($$SELECT frameq.reserve('adv-h2', '{tok2}', {ep2} + 1)$$, 'FQ001', 'reserve: future epoch'),
@@ -127,7 +127,7 @@ SELECT r FROM (VALUES
 	($$SELECT frameq.owns({proc1}, 'not-the-secret')$$, '=false', 'owns: wrong secret'),
 	($$SELECT frameq.owns({proc1}, '{secret2}')$$, '=false', 'owns: another proc''s secret'),
 	($$SELECT frameq.owns({proc1}, upper('{secret1}'))$$, '=false', 'owns: secret in upper case'),
-	($$SELECT frameq.owns({proc1}, repeat('s', 10485760))$$, '=false', 'owns: 10 MB secret'),
+	($$SELECT frameq.owns({proc1}, repeat('s', 10485760))$$, '54000', 'owns: 10 MB secret'),
 	($$SELECT frameq.owns(NULL, '{secret1}')$$, '=false', 'owns: NULL proc with a secret')
 ) AS c(call, expected, label), LATERAL fqadv.expect('adv_agent', c.call, c.expected, c.label) r;
 
