@@ -520,6 +520,7 @@ static void
 maybe_finish_job(int64 job)
 {
 	static SPIPlanPtr live_plan = NULL;
+	static SPIPlanPtr try_plan = NULL;
 	static SPIPlanPtr lock_plan = NULL;
 	static SPIPlanPtr finish_plan = NULL;
 	static SPIPlanPtr defer_plan = NULL;
@@ -536,6 +537,9 @@ maybe_finish_job(int64 job)
 								   "       EXISTS (SELECT 1 FROM frameq.frame"
 								   "                WHERE job = $1 AND state = 'running')",
 								   1, types);
+		try_plan = frameq_prepare("SELECT 1 FROM frameq.job WHERE id = $1"
+								  "   FOR NO KEY UPDATE SKIP LOCKED",
+								  1, types);
 		lock_plan = frameq_prepare("SELECT 1 FROM frameq.job WHERE id = $1 FOR NO KEY UPDATE",
 								   1, types);
 		finish_plan = frameq_prepare("UPDATE frameq.job"
@@ -549,9 +553,12 @@ maybe_finish_job(int64 job)
 	waiting = frameq_get_bool(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, NULL);
 	if (waiting)
 		return;
+	/* the row free, as it nearly always is: no subtransaction needed */
+	if (SPI_execute_plan(try_plan, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "frameq: job lock failed");
 	lock.plan = lock_plan;
 	lock.args = args;
-	if (!frameq_bounded_wait(lock_job_row, &lock, frameq_lock_wait))
+	if (SPI_processed == 0 && !frameq_bounded_wait(lock_job_row, &lock, frameq_lock_wait))
 	{
 		/*
 		 * Another session has kept the job row past frameq.lock_wait: one
