@@ -30,7 +30,7 @@
  * waiting, or layers the host cannot run: each layer is probed through the
  * partial index frame_waiting, layers that have run dry leave the dispatch
  * queue when a booking finds them so, and the walk stops once the host is
- * full or frameq.max_jobs_examined jobs have been probed.
+ * full or it has taken frames of frameq.max_jobs_examined jobs.
  *
  *-------------------------------------------------------------------------
  */
@@ -127,7 +127,7 @@ typedef struct ReserveState
 								 * booking of this call; NULL before */
 	int			secret_att;		/* index of frameq.booking's run_secret, or
 								 * -1 (a schema older than the library) */
-	int			claims;			/* claim statements run so far */
+	int			claimed;		/* frames claimed so far, booked or not */
 	bool		emptied;		/* the last claim found fewer frames than
 								 * it asked for */
 } ReserveState;
@@ -629,7 +629,7 @@ book_frames(ReserveState *st, const ShowCandidate *show, const JobCandidate *job
 	if (ret != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "frameq: frame claim failed: %s", SPI_result_code_string(ret));
 	nclaimed = (int) SPI_processed;
-	st->claims++;
+	st->claimed += nclaimed;
 	if (nclaimed < ncharged)
 		st->emptied = true;
 	{
@@ -847,10 +847,10 @@ stream_plan(int nstreams)
 	if (plans[nstreams] != NULL)
 		return plans[nstreams];
 	initStringInfo(&sql);
-	appendStringInfoString(&sql, "SELECT ctid, priority, job, layer FROM (");
+	appendStringInfoString(&sql, "SELECT ctid, priority, job, layer, min_cc, gpus FROM (");
 	for (int i = 1; i <= nstreams; i++)
 		appendStringInfo(&sql,
-						 "%sSELECT ctid, priority, job, dispatch_order, layer"
+						 "%sSELECT ctid, priority, job, dispatch_order, layer, min_cc, gpus"
 						 "  FROM frameq.dispatch_queue"
 						 " WHERE show = $1 AND tag = $2[%d] AND gpu = $3[%d]"
 						 "   AND min_cc <= $4 AND memory <= $5 AND gpus <= $6"
@@ -991,6 +991,36 @@ tidy(Tidy *t)
 	t->nstale = t->nemptied = 0;
 }
 
+/*
+ * Would one frame of this size exceed its job's or folder's cap, as the
+ * ledger stands?  A read of shared memory, so that a job at its cap costs
+ * the walk no layer lookup and no charge attempt.  Only a shortcut: the
+ * charge in book_frames decides.
+ */
+static bool
+over_job_caps(const JobCandidate *job, int32 min_cc, int32 gpus)
+{
+	int32		cc,
+				g,
+				running;
+
+	if (job->job_cap_cc >= 0 || job->job_cap_gpus >= 0)
+	{
+		frameq_ledger_read(LEDGER_JOB, job->id, 0, &cc, &g, &running);
+		if ((job->job_cap_cc >= 0 && cc + min_cc > job->job_cap_cc) ||
+			(job->job_cap_gpus >= 0 && g + gpus > job->job_cap_gpus))
+			return true;
+	}
+	if (job->has_folder && (job->folder_cap_cc >= 0 || job->folder_cap_gpus >= 0))
+	{
+		frameq_ledger_read(LEDGER_FOLDER, job->folder, 0, &cc, &g, &running);
+		if ((job->folder_cap_cc >= 0 && cc + min_cc > job->folder_cap_cc) ||
+			(job->folder_cap_gpus >= 0 && g + gpus > job->folder_cap_gpus))
+			return true;
+	}
+	return false;
+}
+
 /* one row of a show's candidate streams */
 typedef struct QueueRow
 {
@@ -998,6 +1028,8 @@ typedef struct QueueRow
 	int32		priority;
 	int64		job;
 	int64		layer;
+	int32		min_cc;
+	int32		gpus;
 } QueueRow;
 
 static int
@@ -1017,6 +1049,8 @@ fetch_rows(Portal portal, QueueRow *rows)
 		rows[i].priority = frameq_get_int32(tup, desc, 2, NULL);
 		rows[i].job = frameq_get_int64(tup, desc, 3, NULL);
 		rows[i].layer = frameq_get_int64(tup, desc, 4, NULL);
+		rows[i].min_cc = frameq_get_int32(tup, desc, 5, NULL);
+		rows[i].gpus = frameq_get_int32(tup, desc, 6, NULL);
 	}
 	SPI_freetuptable(SPI_tuptable);
 	return n;
@@ -1027,8 +1061,12 @@ fetch_rows(Portal portal, QueueRow *rows)
  * Rows of jobs that are not active or have another priority now are stale:
  * skipped and tidied.  A job over its job or folder cap is skipped after
  * its first layer's charge fails, a show at its burst ends the walk.
- * *jobs_left (frameq.max_jobs_examined) counts only jobs whose frames were
- * actually probed: a job that could still book.
+ * *jobs_left (frameq.max_jobs_examined) counts only jobs that had a frame
+ * to take: jobs with nothing waiting, that the host cannot run or that are
+ * at a cap never count, so they can never stop a call that would book.  A
+ * row whose layer turns out dry costs one probe and is deleted at the end
+ * of the call (tidy), so each such layer is probed about once, not once
+ * per call.
  */
 static BookResult
 book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tidying)
@@ -1056,7 +1094,7 @@ book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tid
 		{
 			QueueRow   *r = &rows[i];
 			LayerCandidate layer;
-			int			claims;
+			int			claimed;
 
 			/* a layer asking for several of the host's tags comes once per tag */
 			if (r->layer == prev_layer && r->priority == prev_priority)
@@ -1079,12 +1117,18 @@ book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tid
 													sizeof(ItemPointerData))));
 				continue;
 			}
+			/* as a failed charge of the job or folder would: skip the job */
+			if (over_job_caps(&job, r->min_cc, r->gpus))
+			{
+				skip_job = job.id;
+				continue;
+			}
 			if (!load_layer(r->layer, &layer))
 				continue;
-			claims = st->claims;
+			claimed = st->claimed;
 			st->emptied = false;
 			result = book_layer(st, show, &job, &layer);
-			if (st->claims > claims && !job_counted)
+			if (st->claimed > claimed && !job_counted)
 			{
 				job_counted = true;
 				(*jobs_left)--;
