@@ -828,73 +828,170 @@ book_layer(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
  * (show, tag, needs-gpus) stream, each in policy order: job priority
  * descending, job id, dispatch order, layer id.  A host reads the streams
  * of the tags it has and of no tag, the GPU streams only if it has GPUs,
- * and the resource minimums are index conditions; the planner merges the
- * streams (Merge Append) and the cursor reads them in batches.  Layers with
- * nothing waiting have no row once a booking found them dry, so what the
- * walk reads is layers that may book, plus rows it tidies away as it goes.
+ * and the resource minimums are index conditions.  The streams are merged
+ * here, one cursor each, read in batches: the planner merges a UNION ALL
+ * of them only after sorting it whole (the branches stay subqueries), and
+ * sorting is what must not happen.  Layers with nothing waiting have no row
+ * once a booking has found them dry, so what the walk reads is layers that
+ * may book, plus rows it tidies away as it goes.
  */
 #define MAX_STREAMS (2 * (64 + 1))	/* (tags + no tag) x (cpu, gpu) */
-#define QUEUE_BATCH 64
+#define QUEUE_BATCH 16
+
+/* one row of a show's candidate streams */
+typedef struct QueueRow
+{
+	ItemPointerData tid;
+	int32		priority;
+	int64		job;
+	int32		dispatch_order;
+	int64		layer;
+	int32		min_cc;
+	int32		gpus;
+} QueueRow;
+
+typedef struct Stream
+{
+	Portal		portal;
+	QueueRow	rows[QUEUE_BATCH];
+	int			n;
+	int			pos;
+	bool		done;
+} Stream;
+
+typedef struct Streams
+{
+	Stream	   *s;
+	int			n;
+} Streams;
 
 static SPIPlanPtr
-stream_plan(int nstreams)
+stream_plan(void)
 {
-	static SPIPlanPtr plans[MAX_STREAMS + 1];
-	StringInfoData sql;
-	Oid			types[7] = {INT4OID, TEXTARRAYOID, BOOLARRAYOID, INT4OID, INT8OID,
-	INT4OID, INT8OID};
-
-	if (plans[nstreams] != NULL)
-		return plans[nstreams];
-	initStringInfo(&sql);
-	appendStringInfoString(&sql, "SELECT ctid, priority, job, layer, min_cc, gpus FROM (");
-	for (int i = 1; i <= nstreams; i++)
-		appendStringInfo(&sql,
-						 "%sSELECT ctid, priority, job, dispatch_order, layer, min_cc, gpus"
-						 "  FROM frameq.dispatch_queue"
-						 " WHERE show = $1 AND tag = $2[%d] AND gpu = $3[%d]"
-						 "   AND min_cc <= $4 AND memory <= $5 AND gpus <= $6"
-						 "   AND gpu_memory <= $7",
-						 i > 1 ? " UNION ALL " : "", i, i);
-	appendStringInfoString(&sql, ") s ORDER BY priority DESC, job, dispatch_order, layer");
+	static SPIPlanPtr plan = NULL;
+	Oid			types[7] = {INT4OID, TEXTOID, BOOLOID, INT4OID, INT8OID, INT4OID, INT8OID};
 
 	/* read in batches, usually stopped early: plan for the first rows */
-	plans[nstreams] = frameq_prepare_options(sql.data, 7, types,
-											 CURSOR_OPT_GENERIC_PLAN | CURSOR_OPT_FAST_PLAN);
-	pfree(sql.data);
-	return plans[nstreams];
+	if (plan == NULL)
+		plan = frameq_prepare_options("SELECT ctid, priority, job, dispatch_order, layer, min_cc, gpus"
+									  "  FROM frameq.dispatch_queue"
+									  " WHERE show = $1 AND tag = $2 AND gpu = $3"
+									  "   AND min_cc <= $4 AND memory <= $5 AND gpus <= $6"
+									  "   AND gpu_memory <= $7"
+									  " ORDER BY priority DESC, job, dispatch_order, layer",
+									  7, types,
+									  CURSOR_OPT_GENERIC_PLAN | CURSOR_OPT_FAST_PLAN);
+	return plan;
 }
 
-/* open the show's merged streams for this host */
-static Portal
-open_streams(const ReserveState *st, const ShowCandidate *show)
+/* open the show's streams for this host: its tags and no tag, gpu layers if it has gpus */
+static void
+open_streams(const ReserveState *st, const ShowCandidate *show, Streams *out)
 {
-	Datum		tags[MAX_STREAMS];
-	Datum		gpu[MAX_STREAMS];
 	Datum	   *host_tags;
 	int			nhost_tags;
-	int			n = 0;
+	int			ngpu = st->host.idle_gpus > 0 ? 2 : 1;
 	Datum		args[7];
 
 	deconstruct_array(DatumGetArrayTypeP(st->host.tags), TEXTOID, -1, false, TYPALIGN_INT,
 					  &host_tags, NULL, &nhost_tags);
 	if (nhost_tags > 64)
 		elog(ERROR, "frameq: host %d has more than 64 tags", st->host.id);
-	for (int g = 0; g < (st->host.idle_gpus > 0 ? 2 : 1); g++)
-		for (int t = -1; t < nhost_tags; t++)
-		{
-			tags[n] = t < 0 ? CStringGetTextDatum("") : host_tags[t];
-			gpu[n] = BoolGetDatum(g == 1);
-			n++;
-		}
+	out->n = 0;
+	out->s = palloc(sizeof(Stream) * (nhost_tags + 1) * ngpu);
 	args[0] = Int32GetDatum(show->show);
-	args[1] = PointerGetDatum(construct_array(tags, n, TEXTOID, -1, false, TYPALIGN_INT));
-	args[2] = PointerGetDatum(construct_array(gpu, n, BOOLOID, 1, true, TYPALIGN_CHAR));
 	args[3] = Int32GetDatum(st->host.idle_cc);
 	args[4] = Int64GetDatum(st->host.idle_memory);
 	args[5] = Int32GetDatum(st->host.idle_gpus);
 	args[6] = Int64GetDatum(st->host.idle_gpu_memory);
-	return SPI_cursor_open(NULL, stream_plan(n), args, NULL, true);
+	for (int g = 0; g < ngpu; g++)
+		for (int t = -1; t < nhost_tags; t++)
+		{
+			Stream	   *s = &out->s[out->n++];
+
+			args[1] = t < 0 ? CStringGetTextDatum("") : host_tags[t];
+			args[2] = BoolGetDatum(g == 1);
+			s->portal = SPI_cursor_open(NULL, stream_plan(), args, NULL, true);
+			s->n = s->pos = 0;
+			s->done = false;
+		}
+}
+
+static void
+close_streams(Streams *streams)
+{
+	for (int i = 0; i < streams->n; i++)
+		SPI_cursor_close(streams->s[i].portal);
+	pfree(streams->s);
+}
+
+/* the stream's next row, reading a batch if needed; NULL when it is done */
+static QueueRow *
+stream_head(Stream *s)
+{
+	if (s->pos < s->n)
+		return &s->rows[s->pos];
+	if (s->done)
+		return NULL;
+	SPI_cursor_fetch(s->portal, true, QUEUE_BATCH);
+	s->n = (int) SPI_processed;
+	s->pos = 0;
+	for (int i = 0; i < s->n; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		QueueRow   *r = &s->rows[i];
+		bool		isnull;
+
+		r->tid = *(ItemPointer) DatumGetPointer(SPI_getbinval(tup, desc, 1, &isnull));
+		r->priority = frameq_get_int32(tup, desc, 2, NULL);
+		r->job = frameq_get_int64(tup, desc, 3, NULL);
+		r->dispatch_order = frameq_get_int32(tup, desc, 4, NULL);
+		r->layer = frameq_get_int64(tup, desc, 5, NULL);
+		r->min_cc = frameq_get_int32(tup, desc, 6, NULL);
+		r->gpus = frameq_get_int32(tup, desc, 7, NULL);
+	}
+	SPI_freetuptable(SPI_tuptable);
+	if (s->n < QUEUE_BATCH)
+		s->done = true;
+	return s->n > 0 ? &s->rows[0] : NULL;
+}
+
+/* policy order: priority descending, then job, dispatch order, layer */
+static bool
+row_before(const QueueRow *a, const QueueRow *b)
+{
+	if (a->priority != b->priority)
+		return a->priority > b->priority;
+	if (a->job != b->job)
+		return a->job < b->job;
+	if (a->dispatch_order != b->dispatch_order)
+		return a->dispatch_order < b->dispatch_order;
+	return a->layer < b->layer;
+}
+
+/* the next row of the merged streams, copied into *row; false at the end */
+static bool
+next_row(Streams *streams, QueueRow *row)
+{
+	Stream	   *best = NULL;
+	QueueRow   *best_row = NULL;
+
+	for (int i = 0; i < streams->n; i++)
+	{
+		QueueRow   *r = stream_head(&streams->s[i]);
+
+		if (r != NULL && (best_row == NULL || row_before(r, best_row)))
+		{
+			best = &streams->s[i];
+			best_row = r;
+		}
+	}
+	if (best == NULL)
+		return false;
+	*row = *best_row;
+	best->pos++;
+	return true;
 }
 
 /* a candidate's job as it is now; false if it is gone */
@@ -1021,41 +1118,6 @@ over_job_caps(const JobCandidate *job, int32 min_cc, int32 gpus)
 	return false;
 }
 
-/* one row of a show's candidate streams */
-typedef struct QueueRow
-{
-	ItemPointerData tid;
-	int32		priority;
-	int64		job;
-	int64		layer;
-	int32		min_cc;
-	int32		gpus;
-} QueueRow;
-
-static int
-fetch_rows(Portal portal, QueueRow *rows)
-{
-	int			n;
-
-	SPI_cursor_fetch(portal, true, QUEUE_BATCH);
-	n = (int) SPI_processed;
-	for (int i = 0; i < n; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		bool		isnull;
-
-		rows[i].tid = *(ItemPointer) DatumGetPointer(SPI_getbinval(tup, desc, 1, &isnull));
-		rows[i].priority = frameq_get_int32(tup, desc, 2, NULL);
-		rows[i].job = frameq_get_int64(tup, desc, 3, NULL);
-		rows[i].layer = frameq_get_int64(tup, desc, 4, NULL);
-		rows[i].min_cc = frameq_get_int32(tup, desc, 5, NULL);
-		rows[i].gpus = frameq_get_int32(tup, desc, 6, NULL);
-	}
-	SPI_freetuptable(SPI_tuptable);
-	return n;
-}
-
 /*
  * Walk one show's candidate layers in policy order and book from each.
  * Rows of jobs that are not active or have another priority now are stale:
@@ -1071,7 +1133,7 @@ fetch_rows(Portal portal, QueueRow *rows)
 static BookResult
 book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tidying)
 {
-	Portal		portal;
+	Streams		streams;
 	BookResult	result = SKIP_FRAME;
 	JobCandidate job = {0};
 	bool		have_job = false;
@@ -1079,72 +1141,61 @@ book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tid
 	bool		job_counted = false;
 	int32		job_priority = 0;
 	int64		skip_job = 0;
-	int64		prev_layer = 0;
-	int32		prev_priority = 0;
-	QueueRow   *rows = palloc(sizeof(QueueRow) * QUEUE_BATCH);
+	QueueRow	prev = {0};
+	QueueRow	r;
 
-	portal = open_streams(st, show);
-	while (host_has_room(st) && *jobs_left > 0 && result != SKIP_SHOW)
+	open_streams(st, show, &streams);
+	while (host_has_room(st) && *jobs_left > 0 && next_row(&streams, &r))
 	{
-		int			nrows = fetch_rows(portal, rows);
+		LayerCandidate layer;
+		int			claimed;
 
-		if (nrows == 0)
-			break;
-		for (int i = 0; i < nrows && host_has_room(st) && *jobs_left > 0; i++)
+		/* a layer asking for several of the host's tags comes once per tag */
+		if (r.layer == prev.layer && r.priority == prev.priority)
+			continue;
+		prev = r;
+		if (r.job == skip_job)
+			continue;
+		if (!have_job || job.id != r.job)
 		{
-			QueueRow   *r = &rows[i];
-			LayerCandidate layer;
-			int			claimed;
-
-			/* a layer asking for several of the host's tags comes once per tag */
-			if (r->layer == prev_layer && r->priority == prev_priority)
+			have_job = load_job(r.job, &job, &job_active, &job_priority);
+			job_counted = false;
+			if (!have_job)
 				continue;
-			prev_layer = r->layer;
-			prev_priority = r->priority;
-			if (r->job == skip_job)
-				continue;
-			if (!have_job || job.id != r->job)
-			{
-				have_job = load_job(r->job, &job, &job_active, &job_priority);
-				job_counted = false;
-				if (!have_job)
-					continue;
-			}
-			if (!job_active || job_priority != r->priority)
-			{
-				tidy_add(&tidying->stale, &tidying->nstale, &tidying->stale_cap,
-						 PointerGetDatum(memcpy(palloc(sizeof(ItemPointerData)), &r->tid,
-													sizeof(ItemPointerData))));
-				continue;
-			}
-			/* as a failed charge of the job or folder would: skip the job */
-			if (over_job_caps(&job, r->min_cc, r->gpus))
-			{
-				skip_job = job.id;
-				continue;
-			}
-			if (!load_layer(r->layer, &layer))
-				continue;
-			claimed = st->claimed;
-			st->emptied = false;
-			result = book_layer(st, show, &job, &layer);
-			if (st->claimed > claimed && !job_counted)
-			{
-				job_counted = true;
-				(*jobs_left)--;
-			}
-			if (st->emptied)
-				tidy_add(&tidying->emptied, &tidying->nemptied, &tidying->emptied_cap,
-						 Int64GetDatum(layer.id));
-			if (result == SKIP_SHOW)
-				break;
-			if (result == SKIP_JOB)
-				skip_job = job.id;
-			result = SKIP_FRAME;
 		}
+		if (!job_active || job_priority != r.priority)
+		{
+			tidy_add(&tidying->stale, &tidying->nstale, &tidying->stale_cap,
+					 PointerGetDatum(memcpy(palloc(sizeof(ItemPointerData)), &r.tid,
+											sizeof(ItemPointerData))));
+			continue;
+		}
+		/* as a failed charge of the job or folder would: skip the job */
+		if (over_job_caps(&job, r.min_cc, r.gpus))
+		{
+			skip_job = job.id;
+			continue;
+		}
+		if (!load_layer(r.layer, &layer))
+			continue;
+		claimed = st->claimed;
+		st->emptied = false;
+		result = book_layer(st, show, &job, &layer);
+		if (st->claimed > claimed && !job_counted)
+		{
+			job_counted = true;
+			(*jobs_left)--;
+		}
+		if (st->emptied)
+			tidy_add(&tidying->emptied, &tidying->nemptied, &tidying->emptied_cap,
+					 Int64GetDatum(layer.id));
+		if (result == SKIP_SHOW)
+			break;
+		if (result == SKIP_JOB)
+			skip_job = job.id;
+		result = SKIP_FRAME;
 	}
-	SPI_cursor_close(portal);
-	pfree(rows);
+	close_streams(&streams);
 	return result;
 }
 
