@@ -9,7 +9,7 @@
  *	1. check the host's token; take the host's lock (frameq.h) without
  *	   waiting (another session already booking this host means there is
  *	   nothing for us to do); check its epoch and that its lease is current;
- *	2. walk the candidates in policy order (contract section 4): shows of
+ *	2. walk the candidates in policy order (doc/reference.md): shows of
  *	   the host's allocation by usage/size ascending; within a show, the
  *	   layers that may have waiting frames and that the host can run (by
  *	   tags, gpus and minimums), read from the index of
@@ -27,10 +27,13 @@
  *
  * Cost grows with the number of candidate layers that can still book, never
  * with the number of waiting frames, running frames, jobs with nothing
- * waiting, or layers the host cannot run: each layer is probed through the
- * partial index frame_waiting, layers that have run dry leave the dispatch
- * queue when a booking finds them so, and the walk stops once the host is
- * full or it has taken frames of frameq.max_jobs_examined jobs.
+ * waiting, or layers the host cannot run by tags or gpus: each layer is
+ * probed through the partial index frame_waiting, layers that have run dry
+ * leave the dispatch queue when a booking finds them so, and the walk stops
+ * once the host is full or it has taken frames of frameq.max_jobs_examined
+ * jobs.  Jobs at a job or folder cap cost a job lookup each, layers too big
+ * for the host's free capacity an index tuple each
+ * (doc/design-notes-dispatch.md).
  *
  *-------------------------------------------------------------------------
  */
