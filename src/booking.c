@@ -851,6 +851,8 @@ typedef struct QueueRow
 	int64		layer;
 	int32		min_cc;
 	int32		gpus;
+	bool		fresh;			/* the job is active, at the row's priority */
+	JobCandidate caps;			/* the job's id, folder and caps (no name) */
 } QueueRow;
 
 typedef struct Stream
@@ -876,12 +878,18 @@ stream_plan(void)
 
 	/* read in batches, usually stopped early: plan for the first rows */
 	if (plan == NULL)
-		plan = frameq_prepare_options("SELECT ctid, priority, job, dispatch_order, layer, min_cc, gpus"
-									  "  FROM frameq.dispatch_queue"
-									  " WHERE show = $1 AND tag = $2 AND gpu = $3"
-									  "   AND min_cc <= $4 AND memory <= $5 AND gpus <= $6"
-									  "   AND gpu_memory <= $7"
-									  " ORDER BY priority DESC, job, dispatch_order, layer",
+		plan = frameq_prepare_options("SELECT q.ctid, q.priority, q.job, q.dispatch_order, q.layer,"
+									  "       q.min_cc, q.gpus,"
+									  "       j.state = 'active' AND j.priority = q.priority,"
+									  "       j.folder, coalesce(j.max_cc, -1), coalesce(j.max_gpus, -1),"
+									  "       coalesce(f.max_cc, -1), coalesce(f.max_gpus, -1)"
+									  "  FROM frameq.dispatch_queue q"
+									  "  JOIN frameq.job j ON j.id = q.job"
+									  "  LEFT JOIN frameq.folder f ON f.id = j.folder"
+									  " WHERE q.show = $1 AND q.tag = $2 AND q.gpu = $3"
+									  "   AND q.min_cc <= $4 AND q.memory <= $5 AND q.gpus <= $6"
+									  "   AND q.gpu_memory <= $7"
+									  " ORDER BY q.priority DESC, q.job, q.dispatch_order, q.layer",
 									  7, types,
 									  CURSOR_OPT_GENERIC_PLAN | CURSOR_OPT_FAST_PLAN);
 	return plan;
@@ -953,6 +961,15 @@ stream_head(Stream *s)
 		r->layer = frameq_get_int64(tup, desc, 5, NULL);
 		r->min_cc = frameq_get_int32(tup, desc, 6, NULL);
 		r->gpus = frameq_get_int32(tup, desc, 7, NULL);
+		r->fresh = frameq_get_bool(tup, desc, 8, NULL);
+		memset(&r->caps, 0, sizeof(r->caps));
+		r->caps.id = r->job;
+		r->caps.folder = frameq_get_int32(tup, desc, 9, &isnull);
+		r->caps.has_folder = !isnull;
+		r->caps.job_cap_cc = frameq_get_int32(tup, desc, 10, NULL);
+		r->caps.job_cap_gpus = frameq_get_int32(tup, desc, 11, NULL);
+		r->caps.folder_cap_cc = frameq_get_int32(tup, desc, 12, NULL);
+		r->caps.folder_cap_gpus = frameq_get_int32(tup, desc, 13, NULL);
 	}
 	SPI_freetuptable(SPI_tuptable);
 	if (s->n < QUEUE_BATCH)
@@ -1159,6 +1176,22 @@ book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tid
 		prev = r;
 		if (r.job == skip_job)
 			continue;
+		if (!r.fresh)
+		{
+			tidy_add(&tidying->stale, &tidying->nstale, &tidying->stale_cap,
+					 PointerGetDatum(memcpy(palloc(sizeof(ItemPointerData)), &r.tid,
+											sizeof(ItemPointerData))));
+			continue;
+		}
+		/*
+		 * As a failed charge of the job or folder would: skip the job.  The
+		 * row carries the caps, so a job at its cap costs no lookup.
+		 */
+		if (over_job_caps(&r.caps, r.min_cc, r.gpus))
+		{
+			skip_job = r.job;
+			continue;
+		}
 		if (!have_job || job.id != r.job)
 		{
 			have_job = load_job(r.job, &job, &job_active, &job_priority);
@@ -1166,19 +1199,9 @@ book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tid
 			if (!have_job)
 				continue;
 		}
+		/* changed since the row was read: the next call sees it as it is */
 		if (!job_active || job_priority != r.priority)
-		{
-			tidy_add(&tidying->stale, &tidying->nstale, &tidying->stale_cap,
-					 PointerGetDatum(memcpy(palloc(sizeof(ItemPointerData)), &r.tid,
-											sizeof(ItemPointerData))));
 			continue;
-		}
-		/* as a failed charge of the job or folder would: skip the job */
-		if (over_job_caps(&job, r.min_cc, r.gpus))
-		{
-			skip_job = job.id;
-			continue;
-		}
 		if (!load_layer(r.layer, &layer))
 			continue;
 		claimed = st->claimed;
