@@ -31,9 +31,9 @@
  * probed through the partial index frame_waiting, layers that have run dry
  * leave the dispatch queue when a booking finds them so, and the walk stops
  * once the host is full or it has taken frames of frameq.max_jobs_examined
- * jobs.  Jobs at a job or folder cap cost a job lookup each, layers too big
- * for the host's free capacity an index tuple each
- * (doc/design-notes-dispatch.md).
+ * jobs.  A layer of a job at a job or folder cap costs an index row and its
+ * job's and folder's key probes, a layer too big for the host's free
+ * capacity an index tuple (doc/design-notes-dispatch.md).
  *
  *-------------------------------------------------------------------------
  */
@@ -831,7 +831,8 @@ book_layer(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
  * (show, tag, needs-gpus) stream, each in policy order: job priority
  * descending, job id, dispatch order, layer id.  A host reads the streams
  * of the tags it has and of no tag, the GPU streams only if it has GPUs,
- * and the resource minimums are index conditions.  The streams are merged
+ * and the resource minimums are index conditions; each row comes with its
+ * job's state, priority and caps (key probes).  The streams are merged
  * here, one cursor each, read in batches: the planner merges a UNION ALL
  * of them only after sorting it whole (the branches stay subqueries), and
  * sorting is what must not happen.  Layers with nothing waiting have no row
