@@ -9,10 +9,12 @@
  *	1. check the host's token; take the host's lock (frameq.h) without
  *	   waiting (another session already booking this host means there is
  *	   nothing for us to do); check its epoch and that its lease is current;
- *	2. walk the candidates in policy order (contract section 4): shows of
- *	   the host's allocation by usage/size ascending; within a show, active
- *	   jobs by priority then age; within a job, layers the host can run by
- *	   dispatch order; within a layer, waiting frames by number, taken with
+ *	2. walk the candidates in policy order (doc/reference.md): shows of
+ *	   the host's allocation by usage/size ascending; within a show, the
+ *	   layers that may have waiting frames and that the host can run (by
+ *	   tags, gpus and minimums), read from the index of
+ *	   frameq.dispatch_queue by priority, job age, dispatch order (see
+ *	   book_show); within a layer, waiting frames by number, taken with
  *	   FOR UPDATE SKIP LOCKED so concurrent hosts never wait on each other;
  *	3. in each layer: check-and-charge every cap in the ledger for as many
  *	   frames as fit (nothing is charged for a frame unless all its caps
@@ -23,10 +25,15 @@
  *	   the run records; it adopts the charges made here instead of
  *	   charging again.
  *
- * Cost grows with the number of candidate jobs and layers examined, never
- * with the number of waiting frames: each layer is probed through the
- * partial index frame_waiting, and the job walk stops once the host is full
- * or frameq.max_jobs_examined jobs have been looked at.
+ * Cost grows with the number of candidate layers that can still book, never
+ * with the number of waiting frames, running frames, jobs with nothing
+ * waiting, or layers the host cannot run by tags or gpus: each layer is
+ * probed through the partial index frame_waiting, layers that have run dry
+ * leave the dispatch queue when a booking finds them so, and the walk stops
+ * once the host is full or it has taken frames of frameq.max_jobs_examined
+ * jobs.  A layer of a job at a job or folder cap costs an index row and its
+ * job's and folder's key probes, a layer too big for the host's free
+ * capacity an index tuple (doc/design-notes-dispatch.md).
  *
  *-------------------------------------------------------------------------
  */
@@ -41,6 +48,7 @@
 #include "port/pg_bswap.h"
 #include "storage/proc.h"
 #include "tcop/utility.h"
+#include "storage/itemptr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
@@ -63,7 +71,6 @@ static int	precharged_cap = 0;
 static LocalTransactionId precharged_lxid = InvalidLocalTransactionId;
 
 #define MAX_LAYER_LIMITS 12		/* plus subscription, folder, job: 15 items */
-#define JOB_BATCH 32
 #define FRAME_BATCH 32			/* frames charged and claimed per statement */
 
 typedef struct ShowCandidate
@@ -123,6 +130,9 @@ typedef struct ReserveState
 								 * booking of this call; NULL before */
 	int			secret_att;		/* index of frameq.booking's run_secret, or
 								 * -1 (a schema older than the library) */
+	int			claimed;		/* frames claimed so far, booked or not */
+	bool		emptied;		/* the last claim found fewer frames than
+								 * it asked for */
 } ReserveState;
 
 /*
@@ -332,18 +342,27 @@ load_shows(const ReserveState *st, ShowCandidate **out)
 	return n;
 }
 
-static int
-load_layers(const ReserveState *st, int64 job, LayerCandidate **out)
+/*
+ * One candidate layer, by id: the dispatch queue row that named it already
+ * matched the host's tags and minimums.  False if it is gone.
+ */
+static bool
+load_layer(int64 id, LayerCandidate *l)
 {
 	static SPIPlanPtr plan = NULL;
-	Datum		args[2];
+	Datum		args[1];
 	int			ret;
-	int			n;
-	LayerCandidate *layers;
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+	Datum		ids;
+	Datum		caps;
+	Datum	   *elems;
+	int			nelems;
 
 	if (plan == NULL)
 	{
-		Oid			types[2] = {INT8OID, TEXTARRAYOID};
+		Oid			types[1] = {INT8OID};
 
 		plan = frameq_prepare("SELECT l.id, l.name, l.min_cc, l.max_cc, l.threadable, l.memory,"
 							  "       l.gpus, l.gpu_memory, l.command, l.env,"
@@ -353,60 +372,48 @@ load_layers(const ReserveState *st, int64 job, LayerCandidate **out)
 							  "               JOIN frameq.limits lim ON lim.id = ll.limit_id"
 							  "              WHERE ll.layer = l.id ORDER BY ll.limit_id)"
 							  "  FROM frameq.layer l"
-							  " WHERE l.job = $1"
-							  "   AND (cardinality(l.tags) = 0 OR l.tags && $2)"
-							  " ORDER BY l.dispatch_order, l.id",
-							  2, types);
+							  " WHERE l.id = $1",
+							  1, types);
 	}
-	args[0] = Int64GetDatum(job);
-	args[1] = st->host.tags;
-	ret = SPI_execute_plan(plan, args, NULL, true, 0);
+	args[0] = Int64GetDatum(id);
+	ret = SPI_execute_plan(plan, args, NULL, true, 1);
 	if (ret != SPI_OK_SELECT)
 		elog(ERROR, "frameq: layer lookup failed: %s", SPI_result_code_string(ret));
+	if (SPI_processed == 0)
+		return false;
 
-	n = (int) SPI_processed;
-	layers = palloc0(sizeof(LayerCandidate) * Max(n, 1));
-	for (int i = 0; i < n; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		LayerCandidate *l = &layers[i];
-		bool		isnull;
-		Datum		ids;
-		Datum		caps;
-		Datum	   *elems;
-		int			nelems;
+	memset(l, 0, sizeof(*l));
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	l->id = frameq_get_int64(tup, desc, 1, NULL);
+	l->name = SPI_getvalue(tup, desc, 2);
+	l->min_cc = frameq_get_int32(tup, desc, 3, NULL);
+	l->max_cc = frameq_get_int32(tup, desc, 4, NULL);
+	l->threadable = frameq_get_bool(tup, desc, 5, NULL);
+	l->memory = frameq_get_int64(tup, desc, 6, NULL);
+	l->gpus = frameq_get_int32(tup, desc, 7, NULL);
+	l->gpu_memory = frameq_get_int64(tup, desc, 8, NULL);
+	l->command = SPI_getvalue(tup, desc, 9);
+	l->env = SPI_datumTransfer(SPI_getbinval(tup, desc, 10, &isnull), false, -1);
 
-		l->id = frameq_get_int64(tup, desc, 1, NULL);
-		l->name = SPI_getvalue(tup, desc, 2);
-		l->min_cc = frameq_get_int32(tup, desc, 3, NULL);
-		l->max_cc = frameq_get_int32(tup, desc, 4, NULL);
-		l->threadable = frameq_get_bool(tup, desc, 5, NULL);
-		l->memory = frameq_get_int64(tup, desc, 6, NULL);
-		l->gpus = frameq_get_int32(tup, desc, 7, NULL);
-		l->gpu_memory = frameq_get_int64(tup, desc, 8, NULL);
-		l->command = SPI_getvalue(tup, desc, 9);
-		l->env = SPI_datumTransfer(SPI_getbinval(tup, desc, 10, &isnull), false, -1);
-
-		ids = SPI_getbinval(tup, desc, 11, &isnull);
-		caps = SPI_getbinval(tup, desc, 12, &isnull);
-		deconstruct_array(DatumGetArrayTypeP(ids), INT4OID, 4, true, TYPALIGN_INT,
-						  &elems, NULL, &nelems);
-		if (nelems > MAX_LAYER_LIMITS)
-			ereport(ERROR,
-					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-					 errmsg("layer %lld has more than %d limits", (long long) l->id,
-							MAX_LAYER_LIMITS)));
-		l->nlimits = nelems;
-		for (int k = 0; k < nelems; k++)
-			l->limit_ids[k] = DatumGetInt32(elems[k]);
-		deconstruct_array(DatumGetArrayTypeP(caps), INT4OID, 4, true, TYPALIGN_INT,
-						  &elems, NULL, &nelems);
-		for (int k = 0; k < nelems && k < l->nlimits; k++)
-			l->limit_caps[k] = DatumGetInt32(elems[k]);
-	}
-	*out = layers;
-	return n;
+	ids = SPI_getbinval(tup, desc, 11, &isnull);
+	caps = SPI_getbinval(tup, desc, 12, &isnull);
+	deconstruct_array(DatumGetArrayTypeP(ids), INT4OID, 4, true, TYPALIGN_INT,
+					  &elems, NULL, &nelems);
+	if (nelems > MAX_LAYER_LIMITS)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("layer %lld has more than %d limits", (long long) l->id,
+						MAX_LAYER_LIMITS)));
+	l->nlimits = nelems;
+	for (int k = 0; k < nelems; k++)
+		l->limit_ids[k] = DatumGetInt32(elems[k]);
+	deconstruct_array(DatumGetArrayTypeP(caps), INT4OID, 4, true, TYPALIGN_INT,
+					  &elems, NULL, &nelems);
+	for (int k = 0; k < nelems && k < l->nlimits; k++)
+		l->limit_caps[k] = DatumGetInt32(elems[k]);
+	SPI_freetuptable(SPI_tuptable);
+	return true;
 }
 
 /* the proc's ledger items, in a fixed order: subscription, folder, job, limits */
@@ -625,6 +632,9 @@ book_frames(ReserveState *st, const ShowCandidate *show, const JobCandidate *job
 	if (ret != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "frameq: frame claim failed: %s", SPI_result_code_string(ret));
 	nclaimed = (int) SPI_processed;
+	st->claimed += nclaimed;
+	if (nclaimed < ncharged)
+		st->emptied = true;
 	{
 		/* the charges go to the frames in number order, as they were taken */
 		FrameTry   *got = palloc(sizeof(FrameTry) * Max(nclaimed, 1));
@@ -815,81 +825,404 @@ book_layer(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
 	return SKIP_FRAME;
 }
 
-/* walk one show's active jobs in priority order */
-static BookResult
-book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left)
+/*
+ * The candidate walk (issue 12).  A show's candidates are the layers named
+ * by frameq.dispatch_queue (sql/0.2.0/40_dispatch.sql), one index range per
+ * (show, tag, needs-gpus) stream, each in policy order: job priority
+ * descending, job id, dispatch order, layer id.  A host reads the streams
+ * of the tags it has and of no tag, the GPU streams only if it has GPUs,
+ * and the resource minimums are index conditions; each row comes with its
+ * job's state, priority and caps (key probes).  The streams are merged
+ * here, one cursor each, read in batches: the planner merges a UNION ALL
+ * of them only after sorting it whole (the branches stay subqueries), and
+ * sorting is what must not happen.  Layers with nothing waiting have no row
+ * once a booking has found them dry, so what the walk reads is layers that
+ * may book, plus rows it tidies away as it goes.
+ */
+#define MAX_STREAMS (2 * (64 + 1))	/* (tags + no tag) x (cpu, gpu) */
+#define QUEUE_BATCH 16
+
+/* one row of a show's candidate streams */
+typedef struct QueueRow
+{
+	ItemPointerData tid;
+	int32		priority;
+	int64		job;
+	int32		dispatch_order;
+	int64		layer;
+	int32		min_cc;
+	int32		gpus;
+	bool		fresh;			/* the job is active, at the row's priority */
+	JobCandidate caps;			/* the job's id, folder and caps (no name) */
+} QueueRow;
+
+typedef struct Stream
+{
+	Portal		portal;
+	QueueRow	rows[QUEUE_BATCH];
+	int			n;
+	int			pos;
+	bool		done;
+} Stream;
+
+typedef struct Streams
+{
+	Stream	   *s;
+	int			n;
+} Streams;
+
+static SPIPlanPtr
+stream_plan(void)
 {
 	static SPIPlanPtr plan = NULL;
-	Portal		portal;
+	Oid			types[7] = {INT4OID, TEXTOID, BOOLOID, INT4OID, INT8OID, INT4OID, INT8OID};
+
+	/* read in batches, usually stopped early: plan for the first rows */
+	if (plan == NULL)
+		plan = frameq_prepare_options("SELECT q.ctid, q.priority, q.job, q.dispatch_order, q.layer,"
+									  "       q.min_cc, q.gpus,"
+									  "       j.state = 'active' AND j.priority = q.priority,"
+									  "       j.folder, coalesce(j.max_cc, -1), coalesce(j.max_gpus, -1),"
+									  "       coalesce(f.max_cc, -1), coalesce(f.max_gpus, -1)"
+									  "  FROM frameq.dispatch_queue q"
+									  "  JOIN frameq.job j ON j.id = q.job"
+									  "  LEFT JOIN frameq.folder f ON f.id = j.folder"
+									  " WHERE q.show = $1 AND q.tag = $2 AND q.gpu = $3"
+									  "   AND q.min_cc <= $4 AND q.memory <= $5 AND q.gpus <= $6"
+									  "   AND q.gpu_memory <= $7"
+									  " ORDER BY q.priority DESC, q.job, q.dispatch_order, q.layer",
+									  7, types,
+									  CURSOR_OPT_GENERIC_PLAN | CURSOR_OPT_FAST_PLAN);
+	return plan;
+}
+
+/* open the show's streams for this host: its tags and no tag, gpu layers if it has gpus */
+static void
+open_streams(const ReserveState *st, const ShowCandidate *show, Streams *out)
+{
+	Datum	   *host_tags;
+	int			nhost_tags;
+	int			ngpu = st->host.idle_gpus > 0 ? 2 : 1;
+	Datum		args[7];
+
+	deconstruct_array(DatumGetArrayTypeP(st->host.tags), TEXTOID, -1, false, TYPALIGN_INT,
+					  &host_tags, NULL, &nhost_tags);
+	if (nhost_tags > 64)
+		elog(ERROR, "frameq: host %d has more than 64 tags", st->host.id);
+	out->n = 0;
+	out->s = palloc(sizeof(Stream) * (nhost_tags + 1) * ngpu);
+	args[0] = Int32GetDatum(show->show);
+	args[3] = Int32GetDatum(st->host.idle_cc);
+	args[4] = Int64GetDatum(st->host.idle_memory);
+	args[5] = Int32GetDatum(st->host.idle_gpus);
+	args[6] = Int64GetDatum(st->host.idle_gpu_memory);
+	for (int g = 0; g < ngpu; g++)
+		for (int t = -1; t < nhost_tags; t++)
+		{
+			Stream	   *s = &out->s[out->n++];
+
+			args[1] = t < 0 ? CStringGetTextDatum("") : host_tags[t];
+			args[2] = BoolGetDatum(g == 1);
+			s->portal = SPI_cursor_open(NULL, stream_plan(), args, NULL, true);
+			s->n = s->pos = 0;
+			s->done = false;
+		}
+}
+
+static void
+close_streams(Streams *streams)
+{
+	for (int i = 0; i < streams->n; i++)
+		SPI_cursor_close(streams->s[i].portal);
+	pfree(streams->s);
+}
+
+/* the stream's next row, reading a batch if needed; NULL when it is done */
+static QueueRow *
+stream_head(Stream *s)
+{
+	if (s->pos < s->n)
+		return &s->rows[s->pos];
+	if (s->done)
+		return NULL;
+	SPI_cursor_fetch(s->portal, true, QUEUE_BATCH);
+	s->n = (int) SPI_processed;
+	s->pos = 0;
+	for (int i = 0; i < s->n; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		QueueRow   *r = &s->rows[i];
+		bool		isnull;
+
+		r->tid = *(ItemPointer) DatumGetPointer(SPI_getbinval(tup, desc, 1, &isnull));
+		r->priority = frameq_get_int32(tup, desc, 2, NULL);
+		r->job = frameq_get_int64(tup, desc, 3, NULL);
+		r->dispatch_order = frameq_get_int32(tup, desc, 4, NULL);
+		r->layer = frameq_get_int64(tup, desc, 5, NULL);
+		r->min_cc = frameq_get_int32(tup, desc, 6, NULL);
+		r->gpus = frameq_get_int32(tup, desc, 7, NULL);
+		r->fresh = frameq_get_bool(tup, desc, 8, NULL);
+		memset(&r->caps, 0, sizeof(r->caps));
+		r->caps.id = r->job;
+		r->caps.folder = frameq_get_int32(tup, desc, 9, &isnull);
+		r->caps.has_folder = !isnull;
+		r->caps.job_cap_cc = frameq_get_int32(tup, desc, 10, NULL);
+		r->caps.job_cap_gpus = frameq_get_int32(tup, desc, 11, NULL);
+		r->caps.folder_cap_cc = frameq_get_int32(tup, desc, 12, NULL);
+		r->caps.folder_cap_gpus = frameq_get_int32(tup, desc, 13, NULL);
+	}
+	SPI_freetuptable(SPI_tuptable);
+	if (s->n < QUEUE_BATCH)
+		s->done = true;
+	return s->n > 0 ? &s->rows[0] : NULL;
+}
+
+/* policy order: priority descending, then job, dispatch order, layer */
+static bool
+row_before(const QueueRow *a, const QueueRow *b)
+{
+	if (a->priority != b->priority)
+		return a->priority > b->priority;
+	if (a->job != b->job)
+		return a->job < b->job;
+	if (a->dispatch_order != b->dispatch_order)
+		return a->dispatch_order < b->dispatch_order;
+	return a->layer < b->layer;
+}
+
+/* the next row of the merged streams, copied into *row; false at the end */
+static bool
+next_row(Streams *streams, QueueRow *row)
+{
+	Stream	   *best = NULL;
+	QueueRow   *best_row = NULL;
+
+	for (int i = 0; i < streams->n; i++)
+	{
+		QueueRow   *r = stream_head(&streams->s[i]);
+
+		if (r != NULL && (best_row == NULL || row_before(r, best_row)))
+		{
+			best = &streams->s[i];
+			best_row = r;
+		}
+	}
+	if (best == NULL)
+		return false;
+	*row = *best_row;
+	best->pos++;
+	return true;
+}
+
+/* a candidate's job as it is now; false if it is gone */
+static bool
+load_job(int64 id, JobCandidate *job, bool *active, int32 *priority)
+{
+	static SPIPlanPtr plan = NULL;
 	Datum		args[1];
-	BookResult	result = SKIP_FRAME;
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
 
 	if (plan == NULL)
 	{
-		Oid			types[1] = {INT4OID};
+		Oid			types[1] = {INT8OID};
 
-		/*
-		 * Read in batches and usually stopped early: plan for the first
-		 * rows (walk job_dispatch in order), not for sorting every active
-		 * job of the show.
-		 */
-		plan = frameq_prepare_options("SELECT j.id, j.folder, coalesce(j.max_cc, -1),"
-									  "       coalesce(j.max_gpus, -1), coalesce(f.max_cc, -1),"
-									  "       coalesce(f.max_gpus, -1), j.name"
-									  "  FROM frameq.job j LEFT JOIN frameq.folder f ON f.id = j.folder"
-									  " WHERE j.show = $1 AND j.state = 'active'"
-									  " ORDER BY j.priority DESC, j.id",
-									  1, types,
-									  CURSOR_OPT_GENERIC_PLAN | CURSOR_OPT_FAST_PLAN);
+		plan = frameq_prepare("SELECT j.id, j.folder, coalesce(j.max_cc, -1),"
+							  "       coalesce(j.max_gpus, -1), coalesce(f.max_cc, -1),"
+							  "       coalesce(f.max_gpus, -1), j.name, j.state = 'active',"
+							  "       j.priority"
+							  "  FROM frameq.job j LEFT JOIN frameq.folder f ON f.id = j.folder"
+							  " WHERE j.id = $1",
+							  1, types);
 	}
-	args[0] = Int32GetDatum(show->show);
-	portal = SPI_cursor_open(NULL, plan, args, NULL, true);
+	args[0] = Int64GetDatum(id);
+	if (SPI_execute_plan(plan, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "frameq: job lookup failed");
+	if (SPI_processed == 0)
+		return false;
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	job->id = frameq_get_int64(tup, desc, 1, NULL);
+	job->folder = frameq_get_int32(tup, desc, 2, &isnull);
+	job->has_folder = !isnull;
+	job->job_cap_cc = frameq_get_int32(tup, desc, 3, NULL);
+	job->job_cap_gpus = frameq_get_int32(tup, desc, 4, NULL);
+	job->folder_cap_cc = frameq_get_int32(tup, desc, 5, NULL);
+	job->folder_cap_gpus = frameq_get_int32(tup, desc, 6, NULL);
+	job->name = SPI_getvalue(tup, desc, 7);
+	*active = frameq_get_bool(tup, desc, 8, NULL);
+	*priority = frameq_get_int32(tup, desc, 9, NULL);
+	SPI_freetuptable(SPI_tuptable);
+	return true;
+}
 
-	while (host_has_room(st) && *jobs_left > 0 && result != SKIP_SHOW)
+/* what the walk found to tidy: stale rows, and layers with nothing to take */
+typedef struct Tidy
+{
+	Datum	   *stale;			/* tids */
+	int			nstale;
+	int			stale_cap;
+	Datum	   *emptied;		/* layer ids */
+	int			nemptied;
+	int			emptied_cap;
+} Tidy;
+
+static void
+tidy_add(Datum **arr, int *n, int *cap, Datum d)
+{
+	if (*n >= *cap)
 	{
-		JobCandidate jobs[JOB_BATCH];
-		int			njobs;
-
-		SPI_cursor_fetch(portal, true, Min(JOB_BATCH, *jobs_left));
-		njobs = (int) SPI_processed;
-		if (njobs == 0)
-			break;
-		for (int i = 0; i < njobs; i++)
-		{
-			HeapTuple	tup = SPI_tuptable->vals[i];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
-			bool		isnull;
-
-			jobs[i].id = frameq_get_int64(tup, desc, 1, NULL);
-			jobs[i].folder = frameq_get_int32(tup, desc, 2, &isnull);
-			jobs[i].has_folder = !isnull;
-			jobs[i].job_cap_cc = frameq_get_int32(tup, desc, 3, NULL);
-			jobs[i].job_cap_gpus = frameq_get_int32(tup, desc, 4, NULL);
-			jobs[i].folder_cap_cc = frameq_get_int32(tup, desc, 5, NULL);
-			jobs[i].folder_cap_gpus = frameq_get_int32(tup, desc, 6, NULL);
-			jobs[i].name = SPI_getvalue(tup, desc, 7);
-		}
-		SPI_freetuptable(SPI_tuptable);
-
-		for (int i = 0; i < njobs && host_has_room(st); i++)
-		{
-			LayerCandidate *layers;
-			int			nlayers;
-
-			(*jobs_left)--;
-			nlayers = load_layers(st, jobs[i].id, &layers);
-			for (int k = 0; k < nlayers && host_has_room(st); k++)
-			{
-				result = book_layer(st, show, &jobs[i], &layers[k]);
-				if (result == SKIP_JOB || result == SKIP_SHOW)
-					break;
-			}
-			if (result == SKIP_SHOW)
-				break;
-			result = SKIP_FRAME;
-		}
+		*cap = Max(16, *cap * 2);
+		*arr = *arr ? repalloc(*arr, sizeof(Datum) * *cap) : palloc(sizeof(Datum) * *cap);
 	}
-	SPI_cursor_close(portal);
+	(*arr)[(*n)++] = d;
+}
+
+/*
+ * Delete what the walk found stale or dry, in one call, once the walk is
+ * over.  Not in REPEATABLE READ or SERIALIZABLE: locking a row deleted
+ * since the transaction's snapshot would fail there, and leaving a row is
+ * always safe.
+ */
+static void
+tidy(Tidy *t)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[2];
+
+	if ((t->nstale == 0 && t->nemptied == 0) || IsolationUsesXactSnapshot())
+		return;
+	if (plan == NULL)
+	{
+		Oid			types[2] = {TIDARRAYOID, INT8ARRAYOID};
+
+		plan = frameq_prepare("SELECT frameq._dispatch_tidy($1, $2)", 2, types);
+	}
+	args[0] = PointerGetDatum(construct_array(t->stale, t->nstale, TIDOID,
+											  sizeof(ItemPointerData), false, TYPALIGN_SHORT));
+	args[1] = PointerGetDatum(construct_array(t->emptied, t->nemptied, INT8OID, 8,
+											  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "frameq: dispatch queue tidy failed");
+	t->nstale = t->nemptied = 0;
+}
+
+/*
+ * Would one frame of this size exceed its job's or folder's cap, as the
+ * ledger stands?  A read of shared memory, so that a job at its cap costs
+ * the walk no layer lookup and no charge attempt.  Only a shortcut: the
+ * charge in book_frames decides.
+ */
+static bool
+over_job_caps(const JobCandidate *job, int32 min_cc, int32 gpus)
+{
+	int32		cc,
+				g,
+				running;
+
+	if (job->job_cap_cc >= 0 || job->job_cap_gpus >= 0)
+	{
+		frameq_ledger_read(LEDGER_JOB, job->id, 0, &cc, &g, &running);
+		if ((job->job_cap_cc >= 0 && cc + min_cc > job->job_cap_cc) ||
+			(job->job_cap_gpus >= 0 && g + gpus > job->job_cap_gpus))
+			return true;
+	}
+	if (job->has_folder && (job->folder_cap_cc >= 0 || job->folder_cap_gpus >= 0))
+	{
+		frameq_ledger_read(LEDGER_FOLDER, job->folder, 0, &cc, &g, &running);
+		if ((job->folder_cap_cc >= 0 && cc + min_cc > job->folder_cap_cc) ||
+			(job->folder_cap_gpus >= 0 && g + gpus > job->folder_cap_gpus))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Walk one show's candidate layers in policy order and book from each.
+ * Rows of jobs that are not active or have another priority now are stale:
+ * skipped and tidied.  A job over its job or folder cap is skipped after
+ * its first layer's charge fails, a show at its burst ends the walk.
+ * *jobs_left (frameq.max_jobs_examined) counts only jobs that had a frame
+ * to take: jobs with nothing waiting, that the host cannot run or that are
+ * at a cap never count, so they can never stop a call that would book.  A
+ * row whose layer turns out dry costs one probe and is deleted at the end
+ * of the call (tidy), so each such layer is probed about once, not once
+ * per call.
+ */
+static BookResult
+book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tidying)
+{
+	Streams		streams;
+	BookResult	result = SKIP_FRAME;
+	JobCandidate job = {0};
+	bool		have_job = false;
+	bool		job_active = false;
+	bool		job_counted = false;
+	int32		job_priority = 0;
+	int64		skip_job = 0;
+	QueueRow	prev = {0};
+	QueueRow	r;
+
+	open_streams(st, show, &streams);
+	while (host_has_room(st) && *jobs_left > 0 && next_row(&streams, &r))
+	{
+		LayerCandidate layer;
+		int			claimed;
+
+		/* a layer asking for several of the host's tags comes once per tag */
+		if (r.layer == prev.layer && r.priority == prev.priority)
+			continue;
+		prev = r;
+		if (r.job == skip_job)
+			continue;
+		if (!r.fresh)
+		{
+			tidy_add(&tidying->stale, &tidying->nstale, &tidying->stale_cap,
+					 PointerGetDatum(memcpy(palloc(sizeof(ItemPointerData)), &r.tid,
+											sizeof(ItemPointerData))));
+			continue;
+		}
+		/*
+		 * As a failed charge of the job or folder would: skip the job.  The
+		 * row carries the caps, so a job at its cap costs no lookup.
+		 */
+		if (over_job_caps(&r.caps, r.min_cc, r.gpus))
+		{
+			skip_job = r.job;
+			continue;
+		}
+		if (!have_job || job.id != r.job)
+		{
+			have_job = load_job(r.job, &job, &job_active, &job_priority);
+			job_counted = false;
+			if (!have_job)
+				continue;
+		}
+		/* changed since the row was read: the next call sees it as it is */
+		if (!job_active || job_priority != r.priority)
+			continue;
+		if (!load_layer(r.layer, &layer))
+			continue;
+		claimed = st->claimed;
+		st->emptied = false;
+		result = book_layer(st, show, &job, &layer);
+		if (st->claimed > claimed && !job_counted)
+		{
+			job_counted = true;
+			(*jobs_left)--;
+		}
+		if (st->emptied)
+			tidy_add(&tidying->emptied, &tidying->nemptied, &tidying->emptied_cap,
+					 Int64GetDatum(layer.id));
+		if (result == SKIP_SHOW)
+			break;
+		if (result == SKIP_JOB)
+			skip_job = job.id;
+		result = SKIP_FRAME;
+	}
+	close_streams(&streams);
 	return result;
 }
 
@@ -904,6 +1237,7 @@ frameq_reserve(PG_FUNCTION_ARGS)
 	ShowCandidate *shows;
 	int			nshows;
 	int			jobs_left = frameq_max_jobs_examined;
+	Tidy		tidying = {0};
 
 	frameq_require_preload();
 	/* booking writes: on a standby say so, not "nothing to book" */
@@ -960,8 +1294,9 @@ frameq_reserve(PG_FUNCTION_ARGS)
 	{
 		if (shows[i].ratio < 0)
 			continue;			/* at its burst */
-		book_show(&st, &shows[i], &jobs_left);
+		book_show(&st, &shows[i], &jobs_left, &tidying);
 	}
+	tidy(&tidying);
 
 	SPI_finish();
 	return (Datum) 0;

@@ -85,6 +85,13 @@ final.json -- the database read after quiescence (times are DB wall seconds):
     check      [{invariant, detail}]       rows of frameq.check()
     failovers  [{wall}]                    promotions (asynchronous replication
                                            may lose the last commits before one)
+    reserves   [{host, at, booked, up, room}]  optional: every reserve() call of
+               the run as the database saw it: at = its statement's start (DB
+               wall), booked = rows it returned, up = the host was up with a
+               current lease after the quarantine (default true), room = the
+               host had the free capacity of one frame (default true).
+               Without it C5's passed_over rule is not applied (stats
+               reserves_recorded false).
 Only the fields the checks use are validated.
 
 The freeze exception (contract section 7, reliability R22)
@@ -174,6 +181,18 @@ C5_liveness
                        wall, mapped through heal's wall/t pair) took longer
                        than ttl*(1+drift) + margin + quarantine + poll +
                        render_max + ceil(backlog/slots)*render_max + 10 s
+    passed_over        no waiting frame is passed over (doc/design-notes-
+                       dispatch.md): a reserve() of final.reserves that
+                       booked nothing for a host up and with room, while a
+                       frame was waiting since at least WAIT_SLACK (0.2) s
+                       before the call (since its submit event's wall time,
+                       or the end of a run that left it waiting, until its
+                       next run started, or forever if none did), and every
+                       cap group of its job had fewer DB runs than its cap
+                       overlapping [at, at + CLAIM_SLACK (1.0) s].  A frame
+                       whose next run started within CLAIM_SLACK after the
+                       call is excused: a concurrent call had claimed it.
+                       The harness farm's frames fit every host.
 C6_tokens
     proc_reused        two DB runs, or two render start events, with one proc
                        id; or a render whose proc's DB run is for another
@@ -199,6 +218,8 @@ CHECKS = ("C1_exclusivity", "C2_fencing", "C3_no_loss", "C4_caps",
 TERMINAL = {"succeeded", "dead", "eaten"}
 INF = math.inf
 RECOVERY_SLACK = 10.0
+WAIT_SLACK = 0.2        # a frame must have been waiting this long before a call
+CLAIM_SLACK = 1.0       # bookings this soon after a call may be a concurrent claim
 
 
 class InputError(Exception):
@@ -393,6 +414,15 @@ def load_final(path):
     caps = final.get("caps")
     if not isinstance(caps, dict) or not all(_is(v, INT) for v in caps.values()):
         raise InputError(f"{path}: caps should be an object of group -> integer")
+    reserves = final.get("reserves")
+    if reserves is not None:
+        if not isinstance(reserves, list):
+            raise InputError(f"{path}: 'reserves' should be a list")
+        for i, row in enumerate(reserves):
+            need(row, {"host": STR, "at": NUM, "booked": INT}, f"{path}: reserves[{i}]")
+            for key in ("up", "room"):
+                if key in row and not _is(row[key], BOOL):
+                    raise InputError(f"{path}: reserves[{i}]: {key!r} should be bool")
     return final
 
 
@@ -514,6 +544,8 @@ class Checker:
                 # the earliest report is the best bound on the death
                 dead[e["proc"]] = min(e["t"], dead.get(e["proc"], INF))
         self.faults_never_off = sorted(open_faults)
+        self.job_of_frame = {fr["id"]: fr["job"] for fr in self.final["frames"]}
+        self.job_of_frame.update(self.submitted)
         # failovers as monotonic [on, off]: the old primary stops after "on"
         self.failover_windows = []
         for e in self.harness:
@@ -842,6 +874,57 @@ class Checker:
         self.stats.update(recovery_seconds=round(recovery, 3),
                           recovery_bound_seconds=round(bound, 3),
                           backlog_at_heal=backlog, slots=slots)
+        self._passed_over()
+
+    def _waiting_intervals(self):
+        """frame -> [(from, to)] in DB wall seconds: submitted or released to
+        waiting, until its next run started (INF if none did)."""
+        starts = collections.defaultdict(list)
+        for e in self.harness:
+            if e["ev"] == "submit":
+                for fid in e["frames"]:
+                    starts[fid].append(e["wall"])
+        for run in self.final["runs"]:
+            if run["ended_at"] is not None and run["end_state"] == "waiting":
+                starts[run["frame"]].append(run["ended_at"])
+        intervals = {}
+        for fid, begins in starts.items():
+            booked = sorted(run["started_at"] for run in self.runs_by_frame.get(fid, ()))
+            intervals[fid] = [(b, next((s for s in booked if s >= b), INF)) for b in begins]
+        return intervals
+
+    def _passed_over(self):
+        c = "C5_liveness"
+        reserves = self.final.get("reserves")
+        self.stats["reserves_recorded"] = reserves is not None
+        if reserves is None:
+            return
+        caps = self.final["caps"]
+        runs = [(run["started_at"], INF if run["ended_at"] is None else run["ended_at"],
+                 self.jobs[run["job"]]) for run in self.final["runs"]]
+        waiting = self._waiting_intervals()
+        empty = passed = 0
+        for call in sorted(reserves, key=lambda r: r["at"]):
+            if call["booked"] > 0 or not call.get("up", True) or not call.get("room", True):
+                continue
+            empty += 1
+            at, until = call["at"], call["at"] + CLAIM_SLACK
+            load = collections.Counter(g for begin, end, groups in runs
+                                       if begin < until and end > at for g in groups)
+            full = {g for g, n in load.items() if g in caps and n >= caps[g]}
+            for fid, spans in sorted(waiting.items()):
+                job = self.job_of_frame.get(fid)
+                if job is None or full.intersection(self.jobs.get(job, ())):
+                    continue
+                if any(b <= at - WAIT_SLACK and e > until for b, e in spans):
+                    passed += 1
+                    self.violate(c, "passed_over",
+                                 f"reserve() of {call['host']} at {call['at']:.3f} booked "
+                                 f"nothing while frame {fid} had been waiting since before "
+                                 f"it, within every cap",
+                                 frame=fid, host=call["host"])
+                    break
+        self.stats.update(reserves_empty=empty, reserves_passed_over=passed)
 
     def c6_tokens(self):
         c = "C6_tokens"

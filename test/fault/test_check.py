@@ -49,6 +49,7 @@ class Farm:
         self.frames = {}
         self.runs, self.procs, self.publishes, self.check, self.failovers = [], [], [], [], []
         self.outputs = {}
+        self.reserves = None       # final.json's optional reserve() calls
         self.params = {"seed": 7, "ttl": 3.0, "drift": 0.05, "margin": 1.0, "render_max": 3.0,
                        "freeze_k": 5.0, "quarantine": 4.15, "poll": 1.0}
         self.next_fault = 1
@@ -156,6 +157,8 @@ class Farm:
                  "outputs": list(self.outputs.values()), "publishes": self.publishes,
                  "jobs": [{"id": j, "groups": g} for j, g in JOBS.items()],
                  "caps": CAPS, "check": self.check, "failovers": self.failovers}
+        if self.reserves is not None:
+            final["reserves"] = self.reserves
         with open(os.path.join(outdir, "final.json"), "w") as f:
             json.dump(final, f, indent=1)
 
@@ -264,6 +267,42 @@ def clean_history_passes():
         "acks_lost_in_failover": 1, "stale_answers": 1, "duplicate_answers": 1,
         "renders_unknown_to_db": 1, "freeze_overlaps_allowed": 0, "witness_violations": 0,
         "slot_violations": 0, "recovery_seconds": 4.03, "recovery_bound_seconds": 25.3}
+
+
+def reserve(f, host, t, booked=0, **kw):
+    """A reserve() call of host at monotonic t, as the database saw it."""
+    if f.reserves is None:
+        f.reserves = []
+    f.reserves.append({"host": host, "at": wall(t), "booked": booked, **kw})
+
+
+@case
+def reserve_passed_over():
+    # frame 6 waits in the database from its submit (1001) to run 116
+    # (1040.8); at 1014 nothing runs, so no cap is full: an empty reserve()
+    # of h3 then passed it over
+    f = clean()
+    reserve(f, "h3", 1014)
+    return f, [C5("passed_over", 6)], {"reserves_recorded": True, "reserves_empty": 1,
+                                       "reserves_passed_over": 1}
+
+
+@case
+def reserve_empty_excused():
+    # empty reserve() calls that pass nothing over: the host is down or full;
+    # at 1002.5 job-1 and folder-1 are at their caps for frames 3, 5 and 6
+    # (frames 1, 2 and 4 are claimed by concurrent calls right after); at
+    # 1040.5 frame 6 is claimed by a concurrent call 0.3 s later; at 1008.1
+    # frame 3 was released only 0.07 s before (and h2 had no room); calls
+    # that booked something are not looked at
+    f = clean()
+    reserve(f, "h3", 1014, up=False)
+    reserve(f, "h3", 1014, room=False)
+    reserve(f, "h3", 1002.5)
+    reserve(f, "h2", 1040.5)
+    reserve(f, "h2", 1008.1, room=False)
+    reserve(f, "h1", 1014, booked=1)
+    return f, [], {"reserves_recorded": True, "reserves_empty": 2, "reserves_passed_over": 0}
 
 
 @case
@@ -686,6 +725,15 @@ def cli_cases(tmp):
     malformed("malformed_reported_line_without_proc",
               lambda d: append(os.path.join(d, "agents", "h1.log"),
                                "2026-11-29T12:00:00.123Z reported frame=1 answer=accepted\n"))
+
+    def reserve_without_booked(d):
+        path = os.path.join(d, "final.json")
+        with open(path) as f:
+            final = json.load(f)
+        final["reserves"] = [{"host": "h1", "at": wall(1014)}]
+        with open(path, "w") as f:
+            json.dump(final, f)
+    malformed("malformed_reserve_without_booked", reserve_without_booked)
     p = subprocess.run([sys.executable, os.path.join(HERE, "check.py")],
                        capture_output=True, text=True)
     add("cli_usage_exits_2", [f"rc {p.returncode}"] * (p.returncode != 2))
