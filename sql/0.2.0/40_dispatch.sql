@@ -324,10 +324,12 @@ BEGIN
 						  AND (q.min_cc, q.memory, q.gpus, q.gpu_memory)
 							  = (l.min_cc, l.memory, l.gpus, l.gpu_memory));
 
+	/* a job whose finish the worker has yet to decide (see job_finish_check) is not wrong */
 	RETURN QUERY
 	SELECT 'job state', format('job %s is %s but none of its frames is live', j.id, j.state)
 	  FROM frameq.job j
 	 WHERE j.state IN ('active', 'paused')
+	   AND NOT EXISTS (SELECT 1 FROM frameq.job_finish_check c WHERE c.job = j.id)
 	   AND EXISTS (SELECT 1 FROM frameq.frame f WHERE f.job = j.id)
 	   AND NOT EXISTS (SELECT 1 FROM frameq.frame f
 					   WHERE f.job = j.id AND f.state IN ('waiting', 'depend', 'running'));
