@@ -72,7 +72,7 @@ frameq_guc_init(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("frameq.max_jobs_examined",
-							"Most candidate jobs one reserve() call looks at before giving up.",
+							"Most jobs one reserve() call books from; jobs that cannot book never count.",
 							NULL,
 							&frameq_max_jobs_examined,
 							1000, 1, INT_MAX,
