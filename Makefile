@@ -17,9 +17,11 @@ OBJS = \
 # its topic files in sql/<version>/ (name order), as pg_cron and Citus build
 # theirs.  A fresh install runs 0.1.0 and then every step.
 DATA = sql/$(EXTENSION)--0.1.0.sql
-DATA_built = sql/$(EXTENSION)--0.1.0--0.2.0.sql
+DATA_built = sql/$(EXTENSION)--0.1.0--0.2.0.sql sql/$(EXTENSION)--0.2.0--0.3.0.sql
 
 sql/$(EXTENSION)--0.1.0--0.2.0.sql: $(sort $(wildcard sql/0.2.0/*.sql))
+	cat $^ > $@
+sql/$(EXTENSION)--0.2.0--0.3.0.sql: $(sort $(wildcard sql/0.3.0/*.sql))
 	cat $^ > $@
 
 PG_CONFIG ?= pg_config

@@ -39,6 +39,7 @@
  */
 #include "postgres.h"
 
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "common/cryptohash.h"
 #include "common/sha2.h"
@@ -416,6 +417,25 @@ load_layer(int64 id, LayerCandidate *l)
 	return true;
 }
 
+/* a job's folder and job items with their caps, in that order */
+static int
+job_items(LedgerItem *items, const JobCandidate *job)
+{
+	int			n = 0;
+
+	if (job->has_folder)
+		items[n++] = (LedgerItem)
+	{
+		LEDGER_FOLDER, job->folder, 0,
+			job->folder_cap_cc, job->folder_cap_gpus, LEDGER_NO_CAP
+	};
+	items[n++] = (LedgerItem)
+	{
+		LEDGER_JOB, job->id, 0, job->job_cap_cc, job->job_cap_gpus, LEDGER_NO_CAP
+	};
+	return n;
+}
+
 /* the proc's ledger items, in a fixed order: subscription, folder, job, limits */
 static int
 booking_items(LedgerItem *items, const ReserveState *st, const ShowCandidate *show,
@@ -428,16 +448,7 @@ booking_items(LedgerItem *items, const ReserveState *st, const ShowCandidate *sh
 		LEDGER_SUBSCRIPTION, show->show, st->host.allocation,
 			show->burst_cc, LEDGER_NO_CAP, LEDGER_NO_CAP
 	};
-	if (job->has_folder)
-		items[n++] = (LedgerItem)
-	{
-		LEDGER_FOLDER, job->folder, 0,
-			job->folder_cap_cc, job->folder_cap_gpus, LEDGER_NO_CAP
-	};
-	items[n++] = (LedgerItem)
-	{
-		LEDGER_JOB, job->id, 0, job->job_cap_cc, job->job_cap_gpus, LEDGER_NO_CAP
-	};
+	n += job_items(items + n, job);
 	for (int k = 0; k < layer->nlimits; k++)
 		items[n++] = (LedgerItem)
 	{
@@ -1058,26 +1069,49 @@ load_job(int64 id, JobCandidate *job, bool *active, int32 *priority)
 	return true;
 }
 
-/* what the walk found to tidy: stale rows, and layers with nothing to take */
+/* a growing array of Datums */
+typedef struct DatumList
+{
+	Datum	   *items;
+	int			n;
+	int			cap;
+} DatumList;
+
+/*
+ * What the walk found to tidy: stale rows, layers with nothing to take, and
+ * rows over a cap whose entry it parked.
+ */
 typedef struct Tidy
 {
-	Datum	   *stale;			/* tids */
-	int			nstale;
-	int			stale_cap;
-	Datum	   *emptied;		/* layer ids */
-	int			nemptied;
-	int			emptied_cap;
+	DatumList	stale;			/* tids */
+	DatumList	emptied;		/* layer ids */
+	DatumList	parked;			/* tids */
 } Tidy;
 
 static void
-tidy_add(Datum **arr, int *n, int *cap, Datum d)
+tidy_add(DatumList *list, Datum d)
 {
-	if (*n >= *cap)
+	if (list->n >= list->cap)
 	{
-		*cap = Max(16, *cap * 2);
-		*arr = *arr ? repalloc(*arr, sizeof(Datum) * *cap) : palloc(sizeof(Datum) * *cap);
+		list->cap = Max(16, list->cap * 2);
+		list->items = list->items ? repalloc(list->items, sizeof(Datum) * list->cap)
+			: palloc(sizeof(Datum) * list->cap);
 	}
-	(*arr)[(*n)++] = d;
+	list->items[list->n++] = d;
+}
+
+static void
+tidy_add_tid(DatumList *list, const ItemPointerData *tid)
+{
+	tidy_add(list, PointerGetDatum(memcpy(palloc(sizeof(ItemPointerData)), tid,
+										  sizeof(ItemPointerData))));
+}
+
+static ArrayType *
+tid_array(const DatumList *list)
+{
+	return construct_array(list->items, list->n, TIDOID, sizeof(ItemPointerData), false,
+						   TYPALIGN_SHORT);
 }
 
 /*
@@ -1090,53 +1124,72 @@ static void
 tidy(Tidy *t)
 {
 	static SPIPlanPtr plan = NULL;
-	Datum		args[2];
+	Datum		args[3];
 
-	if ((t->nstale == 0 && t->nemptied == 0) || IsolationUsesXactSnapshot())
+	if ((t->stale.n == 0 && t->emptied.n == 0 && t->parked.n == 0) ||
+		IsolationUsesXactSnapshot())
 		return;
 	if (plan == NULL)
 	{
-		Oid			types[2] = {TIDARRAYOID, INT8ARRAYOID};
+		Oid			types[3] = {TIDARRAYOID, INT8ARRAYOID, TIDARRAYOID};
 
-		plan = frameq_prepare("SELECT frameq._dispatch_tidy($1, $2)", 2, types);
+		plan = frameq_prepare("SELECT frameq._dispatch_tidy($1, $2, $3)", 3, types);
 	}
-	args[0] = PointerGetDatum(construct_array(t->stale, t->nstale, TIDOID,
-											  sizeof(ItemPointerData), false, TYPALIGN_SHORT));
-	args[1] = PointerGetDatum(construct_array(t->emptied, t->nemptied, INT8OID, 8,
+	args[0] = PointerGetDatum(tid_array(&t->stale));
+	args[1] = PointerGetDatum(construct_array(t->emptied.items, t->emptied.n, INT8OID, 8,
 											  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	args[2] = PointerGetDatum(tid_array(&t->parked));
 	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "frameq: dispatch queue tidy failed");
-	t->nstale = t->nemptied = 0;
+	t->stale.n = t->emptied.n = t->parked.n = 0;
 }
 
 /*
- * Would one frame of this size exceed its job's or folder's cap, as the
- * ledger stands?  A read of shared memory, so that a job at its cap costs
- * the walk no layer lookup and no charge attempt.  Only a shortcut: the
- * charge in book_frames decides.
+ * Is a frame of this size over its job's or folder's cap, as the ledger
+ * stands, and may its row leave the queue (ledger.c, "Parking")?  A read
+ * of shared memory, so that a job at its cap costs the walk no layer
+ * lookup and no charge attempt, and, once parked, nothing at all.  Only a
+ * shortcut: the charge in book_frames decides.
  */
-static bool
-over_job_caps(const JobCandidate *job, int32 min_cc, int32 gpus)
+static CapState
+job_caps_state(const JobCandidate *job, int32 min_cc, int32 gpus)
 {
-	int32		cc,
-				g,
-				running;
+	LedgerItem	items[2];
+	int			n = job_items(items, job);
 
-	if (job->job_cap_cc >= 0 || job->job_cap_gpus >= 0)
-	{
-		frameq_ledger_read(LEDGER_JOB, job->id, 0, &cc, &g, &running);
-		if ((job->job_cap_cc >= 0 && cc + min_cc > job->job_cap_cc) ||
-			(job->job_cap_gpus >= 0 && g + gpus > job->job_cap_gpus))
-			return true;
-	}
-	if (job->has_folder && (job->folder_cap_cc >= 0 || job->folder_cap_gpus >= 0))
-	{
-		frameq_ledger_read(LEDGER_FOLDER, job->folder, 0, &cc, &g, &running);
-		if ((job->folder_cap_cc >= 0 && cc + min_cc > job->folder_cap_cc) ||
-			(job->folder_cap_gpus >= 0 && g + gpus > job->folder_cap_gpus))
-			return true;
-	}
-	return false;
+	if (job->job_cap_cc < 0 && job->job_cap_gpus < 0 &&
+		(!job->has_folder || (job->folder_cap_cc < 0 && job->folder_cap_gpus < 0)))
+		return CAPS_FIT;
+	return frameq_ledger_park(items, n, min_cc, gpus);
+}
+
+PG_FUNCTION_INFO_V1(frameq_parked_over_cap);
+
+/*
+ * frameq._parked_over_cap(job, job caps, folder, folder caps, min_cc,
+ * gpus): may a parked row of this job leave the dispatch queue now
+ * (_dispatch_tidy), or a layer of it have none (check())?
+ */
+Datum
+frameq_parked_over_cap(PG_FUNCTION_ARGS)
+{
+	JobCandidate job = {0};
+	LedgerItem	items[2];
+	int			n;
+
+	frameq_require_preload();
+	for (int i = 0; i < 8; i++)
+		if (i != 3 && PG_ARGISNULL(i))
+			PG_RETURN_BOOL(false);
+	job.id = PG_GETARG_INT64(0);
+	job.job_cap_cc = PG_GETARG_INT32(1);
+	job.job_cap_gpus = PG_GETARG_INT32(2);
+	job.has_folder = !PG_ARGISNULL(3);
+	job.folder = job.has_folder ? PG_GETARG_INT32(3) : 0;
+	job.folder_cap_cc = PG_GETARG_INT32(4);
+	job.folder_cap_gpus = PG_GETARG_INT32(5);
+	n = job_items(items, &job);
+	PG_RETURN_BOOL(frameq_ledger_still_parked(items, n, PG_GETARG_INT32(6), PG_GETARG_INT32(7)));
 }
 
 /*
@@ -1179,19 +1232,24 @@ book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tid
 			continue;
 		if (!r.fresh)
 		{
-			tidy_add(&tidying->stale, &tidying->nstale, &tidying->stale_cap,
-					 PointerGetDatum(memcpy(palloc(sizeof(ItemPointerData)), &r.tid,
-											sizeof(ItemPointerData))));
+			tidy_add_tid(&tidying->stale, &r.tid);
 			continue;
 		}
 		/*
-		 * As a failed charge of the job or folder would: skip the job.  The
-		 * row carries the caps, so a job at its cap costs no lookup.
+		 * Over its job's or folder's cap: skip the row, and take it out of
+		 * the queue if the cap's entry could be parked.  The row carries
+		 * the caps, so this costs no lookup.  Row by row, not job by job: a
+		 * smaller layer of the job may still fit.
 		 */
-		if (over_job_caps(&r.caps, r.min_cc, r.gpus))
+		switch (job_caps_state(&r.caps, r.min_cc, r.gpus))
 		{
-			skip_job = r.job;
-			continue;
+			case CAPS_FIT:
+				break;
+			case CAPS_PARKED:
+				tidy_add_tid(&tidying->parked, &r.tid);
+				continue;
+			case CAPS_OVER:
+				continue;
 		}
 		if (!have_job || job.id != r.job)
 		{
@@ -1214,8 +1272,7 @@ book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tid
 			(*jobs_left)--;
 		}
 		if (st->emptied)
-			tidy_add(&tidying->emptied, &tidying->nemptied, &tidying->emptied_cap,
-					 Int64GetDatum(layer.id));
+			tidy_add(&tidying->emptied, Int64GetDatum(layer.id));
 		if (result == SKIP_SHOW)
 			break;
 		if (result == SKIP_JOB)
@@ -1224,6 +1281,48 @@ book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tid
 	}
 	close_streams(&streams);
 	return result;
+}
+
+/*
+ * A ledger rebuild (server start, ledger_reset) lost the parked marks, so
+ * the layers whose rows were parked must be queued again: reserve() does
+ * it before it walks, the worker in its next round, whoever comes first;
+ * until one of them commits, nothing is parked (ledger.c, "Parking").  A
+ * duplicate row is harmless.  SPI connected; true if it queued.
+ */
+static bool
+requeue_after_rebuild(void)
+{
+	static SPIPlanPtr plan = NULL;
+	uint64		due = frameq_ledger_requeue_due();
+
+	if (due == 0)
+		return false;
+	if (plan == NULL)
+		plan = frameq_prepare("SELECT frameq._queue_waiting_layers()", 0, NULL);
+	if (SPI_execute_plan(plan, NULL, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "frameq: dispatch queue requeue failed");
+	frameq_ledger_requeue_ran(due);
+	return true;
+}
+
+PG_FUNCTION_INFO_V1(frameq_requeue_after_rebuild);
+
+/* frameq._requeue_after_rebuild(): the worker's step; 1 if it queued */
+Datum
+frameq_requeue_after_rebuild(PG_FUNCTION_ARGS)
+{
+	bool		queued;
+
+	frameq_require_preload();
+	if (RecoveryInProgress())
+		PG_RETURN_INT64(0);
+	frameq_ledger_ensure_valid();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "frameq: SPI_connect failed");
+	queued = requeue_after_rebuild();
+	SPI_finish();
+	PG_RETURN_INT64(queued ? 1 : 0);
 }
 
 PG_FUNCTION_INFO_V1(frameq_reserve);
@@ -1289,6 +1388,7 @@ frameq_reserve(PG_FUNCTION_ARGS)
 	}
 
 	frameq_ledger_ensure_valid();
+	(void) requeue_after_rebuild();
 	nshows = load_shows(&st, &shows);
 	for (int i = 0; i < nshows && host_has_room(&st) && jobs_left > 0; i++)
 	{

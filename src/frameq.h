@@ -46,9 +46,9 @@ extern int	frameq_lock_wait;		/* milliseconds */
 extern void frameq_guc_init(void);
 
 /* frameq.c */
-#define FRAMEQ_LIBRARY_VERSION	"0.2.0"
+#define FRAMEQ_LIBRARY_VERSION	"0.3.0"
 /* a relation that the newest upgrade step creates (frameq_schema_current) */
-#define FRAMEQ_SCHEMA_MARKER	"run_secret_key"
+#define FRAMEQ_SCHEMA_MARKER	"dispatch_parked"
 extern bool frameq_loaded_at_startup;
 extern void frameq_require_preload(void);
 extern bool frameq_schema_current(void);
@@ -99,8 +99,24 @@ extern int	frameq_ledger_try_charge(const LedgerItem *items, int nitems,
 									 int32 cc, int32 gpus);
 extern void frameq_ledger_uncharge(const LedgerItem *items, int nitems,
 								   int32 cc, int32 gpus);
-extern void frameq_ledger_release(const LedgerItem *items, int nitems,
-								  int32 cc, int32 gpus);
+extern uint32 frameq_ledger_release(const LedgerItem *items, int nitems,
+									int32 cc, int32 gpus);
+
+/* a dispatch queue row against its job's and folder's caps (ledger.c, "Parking") */
+typedef enum CapState
+{
+	CAPS_FIT,					/* within them */
+	CAPS_OVER,					/* over one; the row stays */
+	CAPS_PARKED					/* over one, which is marked parked: the row
+								 * may go */
+} CapState;
+
+extern CapState frameq_ledger_park(const LedgerItem *items, int nitems,
+								   int32 cc, int32 gpus);
+extern bool frameq_ledger_still_parked(const LedgerItem *items, int nitems,
+									   int32 cc, int32 gpus);
+extern uint64 frameq_ledger_requeue_due(void);
+extern void frameq_ledger_requeue_ran(uint64 generation);
 extern void frameq_ledger_read(LedgerKind kind, int64 id, int64 id2,
 							   int32 *cc, int32 *gpus, int32 *running);
 extern void frameq_ledger_note_proc_write(void);

@@ -64,6 +64,41 @@
  * this backend and would be lost, leaving the ledger wrong when the
  * prepared transaction is committed elsewhere.
  *
+ * Parking
+ * -------
+ * A job at its job or folder cap would cost every reserve() call a read
+ * of each of its dispatch queue rows (40_dispatch.sql) for as long as it
+ * stays capped.  Instead the first call that finds a row over its cap
+ * *parks* it: it marks the job's or folder's entry parked and deletes the
+ * row; the release that brings the entry down queues the job's (or the
+ * folder's jobs') layers again, in its own transaction, and its commit
+ * clears the mark.  No waiting frame may lose its row while it is
+ * bookable, so:
+ *
+ * - every log entry counts in its entry's `inflight` from when it is
+ *	 logged until its (sub)transaction commits or aborts: charges,
+ *	 give-backs and releases alike;
+ * - an entry is parked only while its inflight is 0 (its usage is all
+ *	 committed and can fall only through a release that is yet to start)
+ *	 and no rebuild's requeue is pending, and only if the row is over the
+ *	 cap at that usage;
+ * - a release logs itself (inflight + 1) and reads the parked mark under
+ *	 the same lock; if it is set, the release queues the layers again
+ *	 before its commit (frameq_ledger_release's result), and its commit
+ *	 clears the mark: no park can have happened since it logged, because
+ *	 its own inflight forbade one;
+ * - the row is deleted by a statement that tests, after its snapshot was
+ *	 taken, that the entry is still parked, with inflight 0 and over the
+ *	 cap (frameq_ledger_still_parked).  A release that logged before that
+ *	 test makes it fail; one that logged after it inserts its rows after
+ *	 the snapshot, where the delete cannot see them.  A charge after the
+ *	 park that aborts or is given back only returns the usage to where it
+ *	 was when the row was found over its cap.
+ * A cap raised, a job resumed or moved to another folder queue their
+ * layers through triggers of their own.  A rebuild loses every mark, so
+ * it leaves a requeue due (requeue_generation) that the next reserve()
+ * runs before it walks; parking waits until that has committed.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -102,6 +137,10 @@ typedef struct LedgerEntry
 	int32		used_cc;
 	int32		used_gpus;
 	int32		running;
+	int32		inflight;		/* logged changes not yet committed or
+								 * aborted (see "Parking" above) */
+	bool		parked;			/* reserve() took rows of this job's or
+								 * folder's layers out of the dispatch queue */
 } LedgerEntry;
 
 typedef struct FrameqLedgerShared
@@ -109,6 +148,9 @@ typedef struct FrameqLedgerShared
 	LWLock	   *lock;
 	uint64		generation;		/* last rebuild's number; under lock */
 	pg_atomic_uint64 valid_generation;	/* 0: must rebuild */
+	pg_atomic_uint64 requeue_generation;	/* a rebuild whose lost parked
+											 * marks are not requeued yet; 0:
+											 * none */
 } FrameqLedgerShared;
 
 typedef struct LedgerLogEntry
@@ -118,6 +160,8 @@ typedef struct LedgerLogEntry
 	int32		gpus;
 	int32		running;
 	bool		applied;		/* charge already in shared memory */
+	bool		requeued;		/* a release that queued its job's or
+								 * folder's layers again: unparks at commit */
 	SubTransactionId subid;
 	uint64		generation;
 } LedgerLogEntry;
@@ -140,6 +184,11 @@ static int	ledger_log_cap = 0;
 
 /* has this transaction inserted or deleted procs? (see ensure_valid) */
 static bool proc_written = false;
+
+/* the rebuild whose requeue this transaction ran (0: none): done at commit */
+static uint64 requeue_ran = 0;
+
+static void requeue_commit(void);
 
 static Size
 ledger_shmem_size(void)
@@ -178,6 +227,7 @@ ledger_shmem_startup(void)
 		FrameqLedger->lock = &(GetNamedLWLockTranche("frameq_ledger"))->lock;
 		FrameqLedger->generation = 0;
 		pg_atomic_init_u64(&FrameqLedger->valid_generation, 0);
+		pg_atomic_init_u64(&FrameqLedger->requeue_generation, 0);
 	}
 
 	info.keysize = sizeof(LedgerKey);
@@ -233,7 +283,7 @@ log_reserve(int n)
 	}
 }
 
-static void
+static LedgerLogEntry *
 log_append(const LedgerKey *key, int32 cc, int32 gpus, int32 running,
 		   bool applied, uint64 generation)
 {
@@ -245,37 +295,93 @@ log_append(const LedgerKey *key, int32 cc, int32 gpus, int32 running,
 	e->gpus = gpus;
 	e->running = running;
 	e->applied = applied;
+	e->requeued = false;
 	e->subid = GetCurrentSubTransactionId();
 	e->generation = generation;
+	return e;
 }
 
-/* add a delta to an entry; drop entries that fall back to nothing. Lock held. */
+/* an entry that counts nothing and marks nothing can go.  Lock held. */
 static void
-apply_delta(const LedgerKey *key, int32 cc, int32 gpus, int32 running)
+forget_if_unused(LedgerEntry *entry)
 {
-	LedgerEntry *entry;
-	bool		found;
+	if (entry->used_cc == 0 && entry->used_gpus == 0 && entry->running == 0 &&
+		entry->inflight == 0 && !entry->parked)
+		hash_search(LedgerHash, &entry->key, HASH_REMOVE, NULL);
+}
 
-	entry = hash_search(LedgerHash, key, HASH_FIND, NULL);
-	if (entry == NULL)
-		entry = ledger_enter(key, &found);
-	else
-		found = true;
-	if (entry == NULL)
-		return;					/* only reachable for a decrement of a
-								 * missing entry in a full table: nothing to
-								 * subtract from */
-	if (!found)
+/* a key's entry, made empty if it is new; NULL if the table is full.  Lock held. */
+static LedgerEntry *
+enter_entry(const LedgerKey *key)
+{
+	bool		found;
+	LedgerEntry *entry = ledger_enter(key, &found);
+
+	if (entry != NULL && !found)
 	{
 		entry->used_cc = 0;
 		entry->used_gpus = 0;
 		entry->running = 0;
+		entry->inflight = 0;
+		entry->parked = false;
 	}
+	return entry;
+}
+
+/* would one more proc of cc cores and gpus gpus exceed the item's caps? */
+static bool
+over_cap(const LedgerItem *it, const LedgerEntry *entry, int32 cc, int32 gpus)
+{
+	int64		used_cc = entry ? entry->used_cc : 0;
+	int64		used_gpus = entry ? entry->used_gpus : 0;
+	int64		running = entry ? entry->running : 0;
+
+	return (it->cap_cc >= 0 && used_cc + cc > it->cap_cc) ||
+		(it->cap_gpus >= 0 && used_gpus + gpus > it->cap_gpus) ||
+		(it->cap_running >= 0 && running + 1 > it->cap_running);
+}
+
+/* as enter_entry, but a full table is an error: releases the lock first */
+static LedgerEntry *
+enter_or_fail(const LedgerKey *key)
+{
+	LedgerEntry *entry = enter_entry(key);
+
+	if (entry == NULL)
+	{
+		LWLockRelease(FrameqLedger->lock);
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("frameq's ledger is full (frameq.ledger_size = %d)",
+						frameq_ledger_size),
+				 errhint("Raise frameq.ledger_size and restart the server.")));
+	}
+	return entry;
+}
+
+/*
+ * Add a delta to an entry; drop entries that fall back to nothing.  A log
+ * entry that ends clears its inflight count (inflight -1); one that
+ * requeued its job's or folder's layers clears the parked mark.  Lock
+ * held.
+ */
+static void
+apply_delta(const LedgerKey *key, int32 cc, int32 gpus, int32 running,
+			int32 inflight, bool unpark)
+{
+	LedgerEntry *entry = enter_entry(key);
+
+	if (entry == NULL)
+		return;					/* only reachable for a decrement of a
+								 * missing entry in a full table: nothing to
+								 * subtract from */
 	entry->used_cc += cc;
 	entry->used_gpus += gpus;
 	entry->running += running;
-	if (entry->used_cc == 0 && entry->used_gpus == 0 && entry->running == 0)
-		hash_search(LedgerHash, key, HASH_REMOVE, NULL);
+	entry->inflight += inflight;
+	if (unpark)
+		entry->parked = false;
+	forget_if_unused(entry);
 }
 
 /*
@@ -298,14 +404,17 @@ log_discard(SubTransactionId subid)
 			ledger_log[keep++] = *e;
 			continue;
 		}
-		if (e->applied && e->generation == current)
+		if (e->generation == current)
 		{
 			if (!locked)
 			{
 				LWLockAcquire(FrameqLedger->lock, LW_EXCLUSIVE);
 				locked = true;
 			}
-			apply_delta(&e->key, -e->cc, -e->gpus, -e->running);
+			if (e->applied)
+				apply_delta(&e->key, -e->cc, -e->gpus, -e->running, -1, false);
+			else
+				apply_delta(&e->key, 0, 0, 0, -1, false);
 		}
 	}
 	if (locked)
@@ -313,30 +422,25 @@ log_discard(SubTransactionId subid)
 	ledger_log_len = keep;
 }
 
-/* the transaction committed: apply its deferred releases */
+/* the transaction committed: apply its deferred releases, end its inflight counts */
 static void
 log_commit(void)
 {
-	bool		locked = false;
-
+	LWLockAcquire(FrameqLedger->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < ledger_log_len; i++)
 	{
 		LedgerLogEntry *e = &ledger_log[i];
 
-		if (e->applied)
+		/* a change logged before a reset belongs to a ledger now gone */
+		if (e->generation != FrameqLedger->generation ||
+			pg_atomic_read_u64(&FrameqLedger->valid_generation) != e->generation)
 			continue;
-		if (!locked)
-		{
-			LWLockAcquire(FrameqLedger->lock, LW_EXCLUSIVE);
-			locked = true;
-		}
-		/* a release logged before a reset belongs to a ledger now gone */
-		if (e->generation == FrameqLedger->generation &&
-			pg_atomic_read_u64(&FrameqLedger->valid_generation) == e->generation)
-			apply_delta(&e->key, e->cc, e->gpus, e->running);
+		if (e->applied)
+			apply_delta(&e->key, 0, 0, 0, -1, false);
+		else
+			apply_delta(&e->key, e->cc, e->gpus, e->running, -1, e->requeued);
 	}
-	if (locked)
-		LWLockRelease(FrameqLedger->lock);
+	LWLockRelease(FrameqLedger->lock);
 	ledger_log_len = 0;
 }
 
@@ -355,11 +459,14 @@ ledger_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_COMMIT:
 			if (ledger_log_len > 0)
 				log_commit();
+			if (requeue_ran != 0)
+				requeue_commit();
 			proc_written = false;
 			break;
 		case XACT_EVENT_ABORT:
 			if (ledger_log_len > 0)
 				log_discard(InvalidSubTransactionId);
+			requeue_ran = 0;
 			proc_written = false;
 			break;
 		case XACT_EVENT_PREPARE:
@@ -509,9 +616,7 @@ ledger_rebuild(void)
 		hash_search(LedgerHash, &entry->key, HASH_REMOVE, NULL);
 	for (uint64 i = 0; i < nrows; i++)
 	{
-		bool		found;
-
-		entry = ledger_enter(&rows[i].key, &found);
+		entry = enter_entry(&rows[i].key);
 		if (entry == NULL)
 			break;				/* cannot happen: size checked above */
 		entry->used_cc = rows[i].cc;
@@ -520,6 +625,8 @@ ledger_rebuild(void)
 	}
 	FrameqLedger->generation++;
 	pg_atomic_write_u64(&FrameqLedger->valid_generation, FrameqLedger->generation);
+	/* the parked marks are gone: their layers must be queued again */
+	pg_atomic_write_u64(&FrameqLedger->requeue_generation, FrameqLedger->generation);
 	LWLockRelease(FrameqLedger->lock);
 
 	SPI_finish();
@@ -570,36 +677,10 @@ frameq_ledger_try_charge(const LedgerItem *items, int nitems,
 
 	LWLockAcquire(FrameqLedger->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < nitems; i++)
-	{
-		bool		found;
-
-		entries[i] = ledger_enter(&keys[i], &found);
-		if (entries[i] == NULL)
-		{
-			LWLockRelease(FrameqLedger->lock);
-			ereport(ERROR,
-					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-					 errmsg("frameq's ledger is full (frameq.ledger_size = %d)",
-							frameq_ledger_size),
-					 errhint("Raise frameq.ledger_size and restart the server.")));
-		}
-		if (!found)
-		{
-			entries[i]->used_cc = 0;
-			entries[i]->used_gpus = 0;
-			entries[i]->running = 0;
-		}
-	}
+		entries[i] = enter_or_fail(&keys[i]);
 	for (int i = 0; i < nitems && failed < 0; i++)
-	{
-		const LedgerItem *it = &items[i];
-		LedgerEntry *e = entries[i];
-
-		if ((it->cap_cc >= 0 && (int64) e->used_cc + cc > it->cap_cc) ||
-			(it->cap_gpus >= 0 && (int64) e->used_gpus + gpus > it->cap_gpus) ||
-			(it->cap_running >= 0 && (int64) e->running + 1 > it->cap_running))
+		if (over_cap(&items[i], entries[i], cc, gpus))
 			failed = i;
-	}
 	generation = FrameqLedger->generation;
 	for (int i = 0; i < nitems; i++)
 	{
@@ -610,9 +691,10 @@ frameq_ledger_try_charge(const LedgerItem *items, int nitems,
 			e->used_cc += cc;
 			e->used_gpus += gpus;
 			e->running += 1;
+			e->inflight += 1;
 		}
-		else if (e->used_cc == 0 && e->used_gpus == 0 && e->running == 0)
-			hash_search(LedgerHash, &keys[i], HASH_REMOVE, NULL);
+		else
+			forget_if_unused(e);
 	}
 	LWLockRelease(FrameqLedger->lock);
 
@@ -640,33 +722,53 @@ frameq_ledger_uncharge(const LedgerItem *items, int nitems,
 	for (int i = 0; i < nitems; i++)
 	{
 		make_key(&key, items[i].kind, items[i].id, items[i].id2);
-		apply_delta(&key, -cc, -gpus, -1);
+		apply_delta(&key, -cc, -gpus, -1, 1, false);
 		log_append(&key, -cc, -gpus, -1, true, generation);
 	}
 	LWLockRelease(FrameqLedger->lock);
 }
 
-/* a proc was deleted: take it off the ledger when this transaction commits */
-void
+/*
+ * A proc was deleted: take it off the ledger when this transaction commits.
+ * Returns a bit per item (1 << i) whose entry is parked: the caller must
+ * queue that job's or folder's layers again in this (sub)transaction, and
+ * the commit then clears the mark (see "Parking" above).
+ */
+uint32
 frameq_ledger_release(const LedgerItem *items, int nitems,
 					  int32 cc, int32 gpus)
 {
-	uint64		generation = pg_atomic_read_u64(&FrameqLedger->valid_generation);
+	uint64		generation;
 	LedgerKey	key;
+	uint32		parked = 0;
+
+	Assert(nitems <= 32);
+	log_reserve(nitems);
+	LWLockAcquire(FrameqLedger->lock, LW_EXCLUSIVE);
 
 	/*
 	 * An invalid ledger will be rebuilt from the table after this
 	 * transaction ends (the rebuild waits for it), so there is nothing to
-	 * subtract from.
+	 * subtract from, and nothing is parked.
 	 */
-	if (generation == 0)
-		return;
-	log_reserve(nitems);
-	for (int i = 0; i < nitems; i++)
+	generation = pg_atomic_read_u64(&FrameqLedger->valid_generation);
+	for (int i = 0; i < nitems && generation != 0; i++)
 	{
+		LedgerEntry *entry;
+		LedgerLogEntry *e;
+
 		make_key(&key, items[i].kind, items[i].id, items[i].id2);
-		log_append(&key, -cc, -gpus, -1, false, generation);
+		entry = enter_or_fail(&key);
+		entry->inflight += 1;
+		e = log_append(&key, -cc, -gpus, -1, false, generation);
+		if (entry->parked)
+		{
+			e->requeued = true;
+			parked |= (uint32) 1 << i;
+		}
 	}
+	LWLockRelease(FrameqLedger->lock);
+	return parked;
 }
 
 void
@@ -683,6 +785,167 @@ frameq_ledger_read(LedgerKind kind, int64 id, int64 id2,
 	*gpus = entry ? entry->used_gpus : 0;
 	*running = entry ? entry->running : 0;
 	LWLockRelease(FrameqLedger->lock);
+}
+
+/*
+ * reserve() met a dispatch queue row of a job with these job and folder
+ * caps: is a proc of its size over one of them, and may the row leave the
+ * queue?  CAPS_PARKED marks the entry that is over its cap parked (see
+ * "Parking" above); the caller then deletes the row through a statement
+ * that tests frameq_ledger_still_parked.  Only a shortcut: the charge
+ * decides whether a proc fits.
+ */
+CapState
+frameq_ledger_park(const LedgerItem *items, int nitems, int32 cc, int32 gpus)
+{
+	CapState	state = CAPS_FIT;
+	LedgerKey	key;
+
+	/* the common case, a row within its caps, needs only a shared lock */
+	LWLockAcquire(FrameqLedger->lock, LW_SHARED);
+	for (int i = 0; i < nitems && state == CAPS_FIT; i++)
+	{
+		make_key(&key, items[i].kind, items[i].id, items[i].id2);
+		if (over_cap(&items[i], hash_search(LedgerHash, &key, HASH_FIND, NULL), cc, gpus))
+			state = CAPS_OVER;
+	}
+	LWLockRelease(FrameqLedger->lock);
+	if (state == CAPS_FIT)
+		return state;
+
+	state = CAPS_FIT;
+	LWLockAcquire(FrameqLedger->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < nitems; i++)
+	{
+		LedgerEntry *entry;
+
+		make_key(&key, items[i].kind, items[i].id, items[i].id2);
+		entry = hash_search(LedgerHash, &key, HASH_FIND, NULL);
+		if (!over_cap(&items[i], entry, cc, gpus))
+			continue;
+		if (state == CAPS_FIT)
+			state = CAPS_OVER;
+		if (pg_atomic_read_u64(&FrameqLedger->requeue_generation) != 0)
+			continue;
+		/* a cap below one proc: an entry of its own, but never more than half the table */
+		if (entry == NULL && hash_get_num_entries(LedgerHash) < frameq_ledger_size / 2)
+			entry = enter_entry(&key);
+		if (entry != NULL && entry->inflight == 0)
+		{
+			entry->parked = true;
+			state = CAPS_PARKED;
+		}
+	}
+	LWLockRelease(FrameqLedger->lock);
+	return state;
+}
+
+/*
+ * May a row that reserve() parked be deleted now?  Only if one of the
+ * entries is still parked, with nothing in flight, and over its cap.
+ */
+bool
+frameq_ledger_still_parked(const LedgerItem *items, int nitems, int32 cc, int32 gpus)
+{
+	bool		result = false;
+	LedgerKey	key;
+
+	LWLockAcquire(FrameqLedger->lock, LW_SHARED);
+	for (int i = 0; i < nitems && !result; i++)
+	{
+		LedgerEntry *entry;
+
+		make_key(&key, items[i].kind, items[i].id, items[i].id2);
+		entry = hash_search(LedgerHash, &key, HASH_FIND, NULL);
+		result = entry != NULL && entry->parked && entry->inflight == 0 &&
+			pg_atomic_read_u64(&FrameqLedger->requeue_generation) == 0 &&
+			over_cap(&items[i], entry, cc, gpus);
+	}
+	LWLockRelease(FrameqLedger->lock);
+	return result;
+}
+
+/*
+ * The rebuild whose parked layers are still to be queued again, or 0.  The
+ * caller queues every waiting layer and calls frameq_ledger_requeue_ran.
+ */
+uint64
+frameq_ledger_requeue_due(void)
+{
+	uint64		due = pg_atomic_read_u64(&FrameqLedger->requeue_generation);
+
+	if (due == 0 || due == requeue_ran ||
+		due != pg_atomic_read_u64(&FrameqLedger->valid_generation))
+		return 0;
+	return due;
+}
+
+void
+frameq_ledger_requeue_ran(uint64 generation)
+{
+	requeue_ran = generation;
+}
+
+/* at commit: the requeue is done, unless another rebuild has come since */
+static void
+requeue_commit(void)
+{
+	uint64		expected = requeue_ran;
+
+	pg_atomic_compare_exchange_u64(&FrameqLedger->requeue_generation, &expected, 0);
+	requeue_ran = 0;
+}
+
+PG_FUNCTION_INFO_V1(frameq_ledger_parked);
+
+/* the parked entries: kind, id, inflight (view frameq.dispatch_parked) */
+Datum
+frameq_ledger_parked(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	HASH_SEQ_STATUS seq;
+	LedgerEntry *entry;
+	LedgerEntry *copy;
+	int			n = 0;
+	long		size;
+	static const char *const kinds[] = {NULL, "subscription", "folder", "job", "limit"};
+
+	frameq_ledger_ensure_valid();
+	InitMaterializedSRF(fcinfo, 0);
+	LWLockAcquire(FrameqLedger->lock, LW_SHARED);
+	size = hash_get_num_entries(LedgerHash);
+	copy = palloc(sizeof(LedgerEntry) * Max(size, 1));
+	hash_seq_init(&seq, LedgerHash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+	{
+		if (n < size && entry->parked)
+			copy[n++] = *entry;
+	}
+	LWLockRelease(FrameqLedger->lock);
+
+	for (int i = 0; i < n; i++)
+	{
+		Datum		values[3];
+		bool		nulls[3] = {0};
+
+		if (copy[i].key.kind < 1 || copy[i].key.kind > 4)
+			continue;
+		values[0] = CStringGetTextDatum(kinds[copy[i].key.kind]);
+		values[1] = Int64GetDatum(copy[i].key.id);
+		values[2] = Int32GetDatum(copy[i].inflight);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+PG_FUNCTION_INFO_V1(frameq_ledger_requeue_pending);
+
+/* is a rebuild's requeue still to commit?  check() excuses missing rows then */
+Datum
+frameq_ledger_requeue_pending(PG_FUNCTION_ARGS)
+{
+	frameq_require_preload();
+	PG_RETURN_BOOL(pg_atomic_read_u64(&FrameqLedger->requeue_generation) != 0);
 }
 
 PG_FUNCTION_INFO_V1(frameq_ledger);
@@ -719,6 +982,9 @@ frameq_ledger(PG_FUNCTION_ARGS)
 		bool		nulls[6] = {0};
 
 		if (copy[i].key.kind < 1 || copy[i].key.kind > 4)
+			continue;
+		/* kept only for a parked mark or a change in flight */
+		if (copy[i].used_cc == 0 && copy[i].used_gpus == 0 && copy[i].running == 0)
 			continue;
 		values[0] = CStringGetTextDatum(kinds[copy[i].key.kind]);
 		values[1] = Int64GetDatum(copy[i].key.id);

@@ -621,6 +621,45 @@ notify_release(const ProcRow *p, const char *state, const char *reason)
 	Async_Notify("frameq_release", buf.data);
 }
 
+/*
+ * The release of a proc whose job or folder reserve() had parked at its cap
+ * (ledger.c, "Parking"): queue the job's layers, or the folder's jobs'
+ * layers, again, in this transaction, so that they are back in the
+ * dispatch queue when this release commits.  SPI connected.
+ */
+static void
+requeue_parked(const LedgerItem *items, int nitems, uint32 parked)
+{
+	static SPIPlanPtr job_plan = NULL;
+	static SPIPlanPtr folder_plan = NULL;
+
+	if (job_plan == NULL)
+	{
+		Oid			types[1] = {INT8OID};
+
+		job_plan = frameq_prepare("SELECT frameq._queue_job_waiting($1)", 1, types);
+		folder_plan = frameq_prepare("SELECT frameq._queue_folder_waiting($1::int4)", 1, types);
+	}
+	for (int i = 0; i < nitems; i++)
+	{
+		Datum		args[1];
+		SPIPlanPtr	plan;
+
+		if ((parked & ((uint32) 1 << i)) == 0)
+			continue;
+		if (items[i].kind == LEDGER_JOB)
+			plan = job_plan;
+		else if (items[i].kind == LEDGER_FOLDER)
+			plan = folder_plan;
+		else
+			continue;
+		args[0] = Int64GetDatum(items[i].id);
+		if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "frameq: requeue of a parked %s failed",
+				 items[i].kind == LEDGER_JOB ? "job" : "folder");
+	}
+}
+
 PG_FUNCTION_INFO_V1(frameq_proc_after_delete);
 
 Datum
@@ -633,6 +672,7 @@ frameq_proc_after_delete(PG_FUNCTION_ARGS)
 	ProcRow		p;
 	LedgerItem	items[16];
 	int			nitems;
+	uint32		parked;
 	ReleaseContext ctx;
 	Datum		args[8];
 	char		nulls[8];
@@ -656,10 +696,12 @@ frameq_proc_after_delete(PG_FUNCTION_ARGS)
 	}
 
 	nitems = proc_items(&p, items);
-	frameq_ledger_release(items, nitems, p.cores_cc, p.gpus);
+	parked = frameq_ledger_release(items, nitems, p.cores_cc, p.gpus);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "frameq: SPI_connect failed");
+	if (parked != 0)
+		requeue_parked(items, nitems, parked);
 
 	if (host_plan == NULL)
 	{

@@ -221,7 +221,8 @@ typedef enum WorkerStep
 	STEP_REARM,
 	STEP_EXPIRE,
 	STEP_SEND_KILLS,
-	STEP_FINISH_JOBS
+	STEP_FINISH_JOBS,
+	STEP_REQUEUE
 } WorkerStep;
 
 /*
@@ -284,8 +285,10 @@ worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now)
 
 			result = run_step("SELECT frameq._send_kills($1)", 1, types, args);
 		}
-		else
+		else if (step == STEP_FINISH_JOBS)
 			result = run_step("SELECT frameq._finish_checked_jobs()", 0, NULL, NULL);
+		else
+			result = run_step("SELECT frameq._requeue_after_rebuild()", 0, NULL, NULL);
 	}
 
 	SPI_finish();
@@ -346,6 +349,7 @@ worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire)
 	int64		sent = 0;
 	int64		rearmed = 0;
 	int64		finished = 0;
+	int64		requeued = 0;
 	bool		rearm_done = true;
 
 	if (rearm)
@@ -354,6 +358,7 @@ worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire)
 		(void) worker_step_guarded(STEP_EXPIRE, leases_since, now, &expired);
 	(void) worker_step_guarded(STEP_SEND_KILLS, leases_since, now, &sent);
 	(void) worker_step_guarded(STEP_FINISH_JOBS, leases_since, now, &finished);
+	(void) worker_step_guarded(STEP_REQUEUE, leases_since, now, &requeued);
 
 	if (expired > 0)
 		elog(LOG, "frameq worker: %lld host lease(s) expired; their procs were released",

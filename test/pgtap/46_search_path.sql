@@ -319,6 +319,7 @@ INSERT INTO t46_calls (fn, who, code, want) VALUES
 	('usage', 't46_reader', $$SELECT * FROM frameq.usage$$, 'ok'),
 	('hosts', 't46_reader', $$SELECT * FROM frameq.hosts$$, 'ok'),
 	('runs', 't46_reader', $$SELECT * FROM frameq.runs$$, 'ok'),
+	('_ledger_parked', 't46_reader', $$SELECT * FROM frameq.dispatch_parked$$, 'ok'),
 	('check', 't46_admin', $$SELECT * FROM frameq.check()$$, 'ok');
 UPDATE t46_calls SET code = format('SELECT frameq.submit(%L::jsonb)', code) WHERE fn = 'submit';
 

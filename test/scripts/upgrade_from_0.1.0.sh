@@ -14,7 +14,8 @@
 # (the 0.1.0 columns, less proc.kill_sent_at, which the worker's resends
 # move), ledger() and check(), runs ALTER EXTENSION frameq UPDATE, and
 # proves:
-#   - extversion is 0.2.0 and check() reports nothing;
+#   - extversion is the control file's default_version (every step from
+#     0.1.0 on runs, in order) and check() reports nothing;
 #   - every row recorded is unchanged (procs, frame states, run records,
 #     host epochs and leases, caps) and ledger() is the same;
 #   - the kill order is still one, and a heartbeat lists it;
@@ -47,9 +48,13 @@ restore() {
 }
 trap restore EXIT
 
-UPG_DONE_FILE=$done_file $PY - <<'PY'
+FRAMEQ_REPO="$(cd "$(dirname "$0")/../.." && pwd)" UPG_DONE_FILE=$done_file $PY - <<'PY'
 import json, os, re, time
 import psycopg2
+
+# the version a fresh install and an update reach: frameq.control's default_version
+CONTROL = os.path.join(os.environ["FRAMEQ_REPO"], "frameq.control")
+LATEST = re.search(r"default_version\s*=\s*'([^']+)'", open(CONTROL).read()).group(1)
 from fqtest import (Listener, attach, bail, check_clean, connect, fail, finish, ok, queries, register,
                     wait_for_worker)
 
@@ -109,7 +114,7 @@ def reserve(h, n):
 # the library refuses to book or report against the old schema, and says why
 try:
     q("SELECT * FROM frameq.reserve(%s, %s, %s, 1)", H1["name"], H1["token"], H1["epoch"])
-    fail("reserve at 0.1.0 with the 0.2.0 library booked instead of asking for the update")
+    fail("reserve at 0.1.0 with the %s library booked instead of asking for the update" % LATEST)
 except psycopg2.Error as e:
     if e.pgcode == "55000" and "ALTER EXTENSION frameq UPDATE" in (e.pgerror or ""):
         ok("reserve at 0.1.0 is refused with 55000 and a hint to run ALTER EXTENSION frameq UPDATE")
@@ -170,9 +175,9 @@ if len(before["proc"]) != 6 or not before["ledger()"]:
 # ------------------------------------------------------------ the update
 q("ALTER EXTENSION frameq UPDATE")
 v = q1("SELECT extversion FROM pg_extension WHERE extname = 'frameq'")
-if v != "0.2.0":
-    bail("extversion after ALTER EXTENSION frameq UPDATE is %s, wanted 0.2.0" % v)
-ok("ALTER EXTENSION frameq UPDATE went from 0.1.0 to 0.2.0")
+if v != LATEST:
+    bail("extversion after ALTER EXTENSION frameq UPDATE is %s, wanted %s" % (v, LATEST))
+ok("ALTER EXTENSION frameq UPDATE went from 0.1.0 to %s" % LATEST)
 problems = q("SELECT invariant, detail FROM frameq.check()")
 if problems:
     fail("check() after the update: %s" % problems)
@@ -227,7 +232,7 @@ if fst != "succeeded" or note is None:
     fail("complete after the update returned %s; frame %s, release notification %s" % (res, fst, note))
 else:
     ok("complete after the update: %s, frame succeeded, frameq_release says %s" % (res, note[2]))
-check_clean(q, "check() after booking and releasing on 0.2.0")
+check_clean(q, "check() after booking and releasing on %s" % LATEST)
 
 # ------------------------------------------------------------ catalog
 CATALOG = """
@@ -294,8 +299,8 @@ upgraded = [r[0] for r in q(CATALOG)]
 
 q("DROP EXTENSION frameq CASCADE")
 q("CREATE EXTENSION frameq")
-if q1("SELECT extversion FROM pg_extension WHERE extname = 'frameq'") != "0.2.0":
-    fail("a fresh CREATE EXTENSION frameq did not install 0.2.0")
+if q1("SELECT extversion FROM pg_extension WHERE extname = 'frameq'") != LATEST:
+    fail("a fresh CREATE EXTENSION frameq did not install %s" % LATEST)
 fresh = [r[0] for r in q(CATALOG)]
 only_up = [x for x in upgraded if x not in fresh]
 only_fresh = [x for x in fresh if x not in upgraded]
