@@ -31,9 +31,10 @@
  * probed through the partial index frame_waiting, layers that have run dry
  * leave the dispatch queue when a booking finds them so, and the walk stops
  * once the host is full or it has taken frames of frameq.max_jobs_examined
- * jobs.  A layer of a job at a job or folder cap costs an index row and its
- * job's and folder's key probes, a layer too big for the host's free
- * capacity an index tuple (doc/design-notes-dispatch.md).
+ * jobs.  A job at its job or folder cap costs one read of its rows, which
+ * then leave the queue until a release lowers it (parking: ledger.c); a
+ * layer too big for the host's free capacity costs an index tuple
+ * (doc/design-notes-dispatch.md).
  *
  *-------------------------------------------------------------------------
  */
@@ -1195,8 +1196,9 @@ frameq_parked_over_cap(PG_FUNCTION_ARGS)
 /*
  * Walk one show's candidate layers in policy order and book from each.
  * Rows of jobs that are not active or have another priority now are stale:
- * skipped and tidied.  A job over its job or folder cap is skipped after
- * its first layer's charge fails, a show at its burst ends the walk.
+ * skipped and tidied.  A row over its job's or folder's cap is skipped and,
+ * if the cap's entry could be parked, tidied; a job whose charge fails is
+ * skipped; a show at its burst ends the walk.
  * *jobs_left (frameq.max_jobs_examined) counts only jobs that had a frame
  * to take: jobs with nothing waiting, that the host cannot run or that are
  * at a cap never count, so they can never stop a call that would book.  A

@@ -75,11 +75,13 @@ frameq_require_preload(void)
 /*
  * Is this database's frameq schema the one this library was built for?
  * After a new library is installed and the server restarted, the schema
- * stays as it was until ALTER EXTENSION frameq UPDATE; the old schema's
- * SQL takes the host lock the old way (a SQL advisory lock), so booking
- * and lease expiry with the new library's lock would not exclude each
- * other.  The newest upgrade step creates FRAMEQ_SCHEMA_MARKER; two
- * catalog cache lookups tell whether it ran.
+ * stays as it was until ALTER EXTENSION frameq UPDATE, and the library
+ * must not run against it: a 0.1.0 schema takes the host lock the old way
+ * (a SQL advisory lock), so booking and lease expiry with the new
+ * library's lock would not exclude each other; a 0.2.0 schema lacks the
+ * SQL half of parking (reserve() would fail on a missing function).  The
+ * newest upgrade step creates FRAMEQ_SCHEMA_MARKER; two catalog cache
+ * lookups tell whether it ran.
  */
 bool
 frameq_schema_current(void)
