@@ -94,8 +94,8 @@ final.json -- the database read after quiescence (times are DB wall seconds):
                reserves_recorded false).
 Only the fields the checks use are validated.
 
-The freeze exception (contract section 7, reliability R22)
-----------------------------------------------------------
+The freeze exception (doc/design.md, Fault model)
+-------------------------------------------------
 No lease covers a whole host frozen past its lease: the DB rightly rebooks the
 frame while the frozen render still exists. A render X is *covered* by a
 host_freeze fault F when

@@ -1,5 +1,5 @@
 /*
- * reserve(): what it picks (contract section 4).  Each scenario has its own
+ * reserve(): what it picks (doc/design.md, Scheduling policy).  Each scenario has its own
  * allocation and shows, so that hosts of one scenario never see the work of
  * another.  reserve() returns bookings in the order it made them; the
  * assertions read that order WITH ORDINALITY.

@@ -1,5 +1,5 @@
 /*
- * Hard caps (contract section 3.4): a job's max cores and gpus, a folder's
+ * Hard caps (doc/design.md, invariant 4): a job's max cores and gpus, a folder's
  * max cores and gpus, a subscription's burst and a limit's max_running each
  * stop bookings exactly at the cap, while hosts still have room (so that it
  * is the cap, not the host, that stopped them).  Lowering a cap below usage

@@ -73,9 +73,10 @@ SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean after the dire
 
 /*
  * A direct INSERT for a frame that is still waiting.  Either answer keeps
- * invariant 1 (a frame is running iff it has a proc): the insert moves the
- * frame to running, or it is refused.  Leaving a waiting frame with a proc
- * is not an answer: check() flags it and the proc can never be released.
+ * doc/design.md, invariant 1 (a frame is running iff it has a proc): the
+ * insert moves the frame to running, or it is refused.  Leaving a waiting
+ * frame with a proc is not an answer: check() flags it and the proc can
+ * never be released.
  */
 SELECT id AS f_direct2 FROM frameq.frame WHERE job = :j_direct AND number = 2 \gset
 SAVEPOINT waiting_frame;

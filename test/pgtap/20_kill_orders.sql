@@ -1,7 +1,7 @@
 /*
  * Kill orders: kill_frame, retry_frame, eat_frame, kill_job and
  * set_host_state('down' | 'repair') on running frames never release them
- * (contract section 3, invariant 2).  Each turns the frame's proc into a
+ * (doc/design.md, invariant 2).  Each turns the frame's proc into a
  * kill order: the proc is 'killing' with its reason, its time and the
  * frame state wanted on release; the frame stays 'running' and keeps its
  * proc; the host's idle capacity and every cap in frameq.usage still count

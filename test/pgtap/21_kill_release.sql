@@ -1,7 +1,7 @@
 /*
  * Releasing kill orders: the wanted end state of a kill order (dead for
  * kill_frame, waiting for retry_frame, eaten for eat_frame) is applied only
- * when one of the release conditions of contract section 3, invariant 2
+ * when one of the release conditions of doc/design.md, invariant 2,
  * holds, and the run record says which:
  *
  *	 a heartbeat that no longer lists the proc        -> 'killed'

@@ -1,12 +1,13 @@
 /*
- * Operator actions on frames that are not running act at once (contract
- * section 5): kill_frame makes a waiting frame dead, retry_frame puts a
- * dead, eaten or succeeded frame back in the queue (and reactivates a
- * finished job), eat_frame eats a waiting or dead frame, kill_job kills the
- * job's waiting frames and marks it killed so nothing of it is booked.  A
- * frame already in the state an action leads to is left alone.  Every
- * refusal has its SQLSTATE and leaves everything as it was; a refusal on a
- * running frame does not leave a kill order behind either.
+ * Operator actions on frames that are not running act at once
+ * (doc/design.md, States and transitions, Frame): kill_frame makes a
+ * waiting frame dead, retry_frame puts a dead, eaten or succeeded frame
+ * back in the queue (and reactivates a finished job), eat_frame eats a
+ * waiting or dead frame, kill_job kills the job's waiting frames and marks
+ * it killed so nothing of it is booked.  A frame already in the state an
+ * action leads to is left alone.  Every refusal has its SQLSTATE and
+ * leaves everything as it was; a refusal on a running frame does not leave
+ * a kill order behind either.
  */
 BEGIN;
 \ir include/helpers.psql

@@ -1,6 +1,6 @@
 /*
  * heartbeat(host, token, epoch, running): what one heartbeat may release
- * and what it must leave alone (contract section 3, invariants 2 and 3).
+ * and what it must leave alone (doc/design.md, invariants 2 and 3).
  *
  *	- it renews the lease, and never revives an expired one (FQ002), nor
  *	  serves another epoch (FQ001): a refused heartbeat changes nothing,

@@ -1,5 +1,5 @@
 /*
- * Every attempt is visible (contract section 3, invariant 8): one frame is
+ * Every attempt is visible (doc/design.md, invariant 8): one frame is
  * taken through every way a run can end, and each run record keeps its
  * host, its times, its exit status or signal and why it ended.  The frame
  * counts every run in attempts, and in retries only its own failures

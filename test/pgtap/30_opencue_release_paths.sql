@@ -1,7 +1,8 @@
 /*
- * OpenCue's release paths (shared/background/opencue.md section 4), one
- * scenario each, against contract section 3 invariant 2, "kill before
- * release": a running frame is never bookable before proof of death.
+ * OpenCue's release paths (the ways OpenCue frees a running frame, listed
+ * in doc/reliability.md), one scenario each, against doc/design.md,
+ * invariant 2, "kill before release": a running frame is never bookable
+ * before proof of death.
  * OpenCue's production incident (issue #2438) was a frame put back in the
  * queue while its first host was still rendering it; it was re-booked
  * elsewhere and two hosts wrote the same output.

@@ -114,7 +114,7 @@ for i in range(5):
     if payload != {"proc": procs[i], "reason": reason}:
         fail("payload %s, wanted proc %d and reason %r" % (got[2], procs[i], reason))
     if got[0] - t0 > 1.0:
-        fail("kill notification for proc %d took %.3f s (contract: within 1 s)" % (procs[i], got[0] - t0))
+        fail("kill notification for proc %d took %.3f s (allowed: 1 s; doc/release.md: within milliseconds)" % (procs[i], got[0] - t0))
 print("phase 1 latencies (s):", " ".join("%.3f" % x for x in latencies), flush=True)
 if len(latencies) == 5:
     if max(latencies) >= 0.3:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The quarantine after every server start (contract §7), on a cluster of its
-# own with frameq.quarantine = on and a lease period of
+# The quarantine after every server start (doc/design.md, Fault model), on
+# a cluster of its own with frameq.quarantine = on and a lease period of
 #     lease_ttl * (1 + clock_drift) + lease_margin = 2 s * 1.05 + 1 s = 3.1 s
 #
 # 1. Fresh start: reserve books nothing until the quarantine is over, then
