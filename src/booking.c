@@ -40,6 +40,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "common/cryptohash.h"
@@ -531,32 +532,85 @@ compare_numbers(const void *a, const void *b)
  * given back.  Sets *more if the layer may have more frames to take, and
  * returns why the walk must leave the layer (SKIP_FRAME: it need not).
  */
-static BookResult
-book_frames(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
-			const LayerCandidate *layer, int want, bool *more)
+/*
+ * One layer's booking in flight: the ledger items its frames count
+ * against, and one FrameTry per frame charged (in number order once
+ * claimed).
+ */
+typedef struct LayerBooking
 {
-	static SPIPlanPtr claim_plan = NULL;
-	static SPIPlanPtr insert_plan = NULL;
+	ReserveState *st;
+	const ShowCandidate *show;
+	const JobCandidate *job;
+	const LayerCandidate *layer;
 	LedgerItem	items[16];
 	int			nitems;
-	int			ncharged = 0;
-	int			nclaimed;
-	BookResult	stop = SKIP_FRAME;
 	FrameTry   *tries;
-	int32		low;
+	int			ncharged;
+	int			nclaimed;
 	DispatchStamp stamp;
-	Datum	   *d1;
-	Datum	   *d2;
-	Datum	   *d3;
-	Datum		args[14];
-	char		nulls[14];
-	int			ngot;
-	int			nbooked = 0;
-	int			k;
+} LayerBooking;
+
+/*
+ * 1. Charge every cap for up to want frames, frame after frame, until the
+ * host is full or a cap does not fit; the host's free room goes down with
+ * each.  Returns why it stopped (SKIP_FRAME: it was not a cap).
+ */
+static BookResult
+charge_frames(LayerBooking *b, int want)
+{
+	ReserveState *st = b->st;
+	const LayerCandidate *layer = b->layer;
+
+	b->tries = palloc(sizeof(FrameTry) * want);
+	b->nitems = booking_items(b->items, st, b->show, b->job, layer);
+	b->ncharged = 0;
+	while (b->ncharged < want)
+	{
+		FrameTry   *t = &b->tries[b->ncharged];
+		int			failed;
+
+		if (!host_has_room(st))
+			return SKIP_FRAME;
+		if (!layer_fits(st, layer))
+			return SKIP_LAYER;
+		/* a threadable layer takes what is free, up to its cores_max */
+		t->cores = layer->threadable ? Min(layer->max_cc, st->host.idle_cc) : layer->min_cc;
+		failed = frameq_ledger_try_charge(b->items, b->nitems, t->cores, layer->gpus);
+		if (failed >= 0 && t->cores > layer->min_cc)
+		{
+			t->cores = layer->min_cc;
+			failed = frameq_ledger_try_charge(b->items, b->nitems, t->cores, layer->gpus);
+		}
+		if (failed >= 0)
+			return skip_for(b->items[failed].kind);
+		t->proc = frameq_random_id();
+		t->result = BOOKED;		/* so far */
+		st->host.idle_cc -= t->cores;
+		st->host.idle_memory -= layer->memory;
+		st->host.idle_gpus -= layer->gpus;
+		st->host.idle_gpu_memory -= layer->gpu_memory;
+		b->ncharged++;
+	}
+	return SKIP_FRAME;
+}
+
+/*
+ * 2. Take and start as many waiting frames as were charged, lowest numbers
+ * first, from the layer's dispatch hint on; give back the charges of
+ * frames the layer did not have.  The hint is read before the statement
+ * takes its snapshot: see dispatch.c.
+ */
+static void
+claim_frames(LayerBooking *b)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[3];
+	int32		low;
+	FrameTry   *got;
 	int			ret;
 
-	*more = false;
-	if (claim_plan == NULL)
+	if (plan == NULL)
 	{
 		Oid			types[3] = {INT8OID, INT4OID, INT4OID};
 
@@ -566,209 +620,187 @@ book_frames(ReserveState *st, const ShowCandidate *show, const JobCandidate *job
 		 * lock keeps them waiting until the update; the outer test says so
 		 * in the statement itself.
 		 */
-		claim_plan = frameq_prepare("UPDATE frameq.frame"
-									"   SET state = 'running', version = version + 1,"
-									"       attempts = attempts + 1"
-									" WHERE id = ANY (ARRAY(SELECT id FROM frameq.frame"
-									"         WHERE layer = $1 AND state = 'waiting' AND number >= $3"
-									"         ORDER BY number LIMIT $2"
-									"           FOR UPDATE SKIP LOCKED))"
-									"   AND state = 'waiting'"
-									" RETURNING id, number",
-									3, types);
+		plan = frameq_prepare("UPDATE frameq.frame"
+							  "   SET state = 'running', version = version + 1,"
+							  "       attempts = attempts + 1"
+							  " WHERE id = ANY (ARRAY(SELECT id FROM frameq.frame"
+							  "         WHERE layer = $1 AND state = 'waiting' AND number >= $3"
+							  "         ORDER BY number LIMIT $2"
+							  "           FOR UPDATE SKIP LOCKED))"
+							  "   AND state = 'waiting'"
+							  " RETURNING id, number",
+							  3, types);
 	}
-	if (insert_plan == NULL)
+	frameq_dispatch_lookup(b->layer->id, &low, &b->stamp);
+	args[0] = Int64GetDatum(b->layer->id);
+	args[1] = Int32GetDatum(b->ncharged);
+	args[2] = Int32GetDatum(low);
+	ret = SPI_execute_plan(plan, args, NULL, false, 0);
+	if (ret != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "frameq: frame claim failed: %s", SPI_result_code_string(ret));
+	b->nclaimed = (int) SPI_processed;
+	b->st->claimed += b->nclaimed;
+	if (b->nclaimed < b->ncharged)
+		b->st->emptied = true;
+
+	/* the charges go to the frames in number order, as they were taken */
+	got = palloc(sizeof(FrameTry) * Max(b->nclaimed, 1));
+	for (int i = 0; i < b->nclaimed; i++)
+	{
+		got[i].frame = frameq_get_int64(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, NULL);
+		got[i].number = frameq_get_int32(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, NULL);
+	}
+	qsort(got, b->nclaimed, sizeof(FrameTry), compare_numbers);
+	for (int i = 0; i < b->nclaimed; i++)
+	{
+		b->tries[i].frame = got[i].frame;
+		b->tries[i].number = got[i].number;
+	}
+	for (int i = b->nclaimed; i < b->ncharged; i++)
+		give_back(b->st, b->layer, b->items, b->nitems, &b->tries[i]);
+}
+
+/* the claimed frames' procs, as the arguments of the insert below */
+static void
+proc_insert_args(LayerBooking *b, Datum *args, char *nulls)
+{
+	const LayerCandidate *layer = b->layer;
+	int			n = b->nclaimed;
+	Datum	   *ids = palloc(sizeof(Datum) * n);
+	Datum	   *frames = palloc(sizeof(Datum) * n);
+	Datum	   *cores = palloc(sizeof(Datum) * n);
+	Datum		limits[MAX_LAYER_LIMITS];
+
+	for (int k = 0; k < n; k++)
+	{
+		ids[k] = Int64GetDatum(b->tries[k].proc);
+		frames[k] = Int64GetDatum(b->tries[k].frame);
+		cores[k] = Int32GetDatum(b->tries[k].cores);
+	}
+	for (int j = 0; j < layer->nlimits; j++)
+		limits[j] = Int32GetDatum(layer->limit_ids[j]);
+	memset(nulls, ' ', 14);
+	args[0] = PointerGetDatum(construct_array(ids, n, INT8OID, 8, FLOAT8PASSBYVAL,
+											  TYPALIGN_DOUBLE));
+	args[1] = PointerGetDatum(construct_array(frames, n, INT8OID, 8, FLOAT8PASSBYVAL,
+											  TYPALIGN_DOUBLE));
+	args[2] = Int32GetDatum(b->st->host.id);
+	args[3] = Int64GetDatum(b->st->epoch);
+	args[4] = Int64GetDatum(b->job->id);
+	args[5] = Int64GetDatum(layer->id);
+	args[6] = Int32GetDatum(b->show->show);
+	args[7] = Int32GetDatum(b->job->folder);
+	if (!b->job->has_folder)
+		nulls[7] = 'n';
+	args[8] = Int32GetDatum(b->st->host.allocation);
+	args[9] = PointerGetDatum(construct_array(limits, layer->nlimits, INT4OID, 4,
+											  true, TYPALIGN_INT));
+	args[10] = PointerGetDatum(construct_array(cores, n, INT4OID, 4, true, TYPALIGN_INT));
+	args[11] = Int64GetDatum(layer->memory);
+	args[12] = Int32GetDatum(layer->gpus);
+	args[13] = Int64GetDatum(layer->gpu_memory);
+}
+
+/*
+ * A claimed frame turned out to have a proc already: someone else booked
+ * it, so it is rightly running, and our charge and attempt were not used.
+ */
+static void
+unclaim_frame(LayerBooking *b, FrameTry *t)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[1];
+
+	give_back(b->st, b->layer, b->items, b->nitems, t);
+	if (plan == NULL)
+	{
+		Oid			types[1] = {INT8OID};
+
+		plan = frameq_prepare("UPDATE frameq.frame SET attempts = attempts - 1"
+							  " WHERE id = $1 AND attempts > 0",
+							  1, types);
+	}
+	args[0] = Int64GetDatum(t->frame);
+	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "frameq: frame attempt undo failed");
+}
+
+/*
+ * 3. Insert the claimed frames' procs in one statement.  The insert trigger
+ * adopts the charges taken in step 1 (the precharge hand-off, above) rather
+ * than charging again.
+ */
+static void
+insert_procs(LayerBooking *b)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[14];
+	char		nulls[14];
+	int64	   *inserted;
+	int			ninserted;
+	int			ret;
+
+	if (plan == NULL)
 	{
 		Oid			types[14] = {INT8ARRAYOID, INT8ARRAYOID, INT4OID, INT8OID, INT8OID, INT8OID,
 		INT4OID, INT4OID, INT4OID, INT4ARRAYOID, INT4ARRAYOID, INT8OID, INT4OID, INT8OID};
 
-		insert_plan = frameq_prepare("INSERT INTO frameq.proc"
-									 " (id, frame, host, epoch, job, layer, show, folder,"
-									 "  allocation, limits, cores_cc, memory, gpus, gpu_memory)"
-									 " SELECT t.id, t.frame, $3, $4, $5, $6, $7, $8, $9, $10,"
-									 "        t.cores, $12, $13, $14"
-									 "   FROM unnest($1, $2, $11) AS t(id, frame, cores)"
-									 " ON CONFLICT (frame) DO NOTHING"
-									 " RETURNING id",
-									 14, types);
+		plan = frameq_prepare("INSERT INTO frameq.proc"
+							  " (id, frame, host, epoch, job, layer, show, folder,"
+							  "  allocation, limits, cores_cc, memory, gpus, gpu_memory)"
+							  " SELECT t.id, t.frame, $3, $4, $5, $6, $7, $8, $9, $10,"
+							  "        t.cores, $12, $13, $14"
+							  "   FROM unnest($1, $2, $11) AS t(id, frame, cores)"
+							  " ON CONFLICT (frame) DO NOTHING"
+							  " RETURNING id",
+							  14, types);
 	}
-
-	/* 1. charge every cap, frame after frame, until one does not fit */
-	tries = palloc(sizeof(FrameTry) * want);
-	nitems = booking_items(items, st, show, job, layer);
-	while (ncharged < want)
-	{
-		FrameTry   *t = &tries[ncharged];
-		int			failed;
-
-		if (!host_has_room(st))
-			break;
-		if (!layer_fits(st, layer))
-		{
-			stop = SKIP_LAYER;
-			break;
-		}
-		/* a threadable layer takes what is free, up to its cores_max */
-		t->cores = layer->threadable ? Min(layer->max_cc, st->host.idle_cc) : layer->min_cc;
-		failed = frameq_ledger_try_charge(items, nitems, t->cores, layer->gpus);
-		if (failed >= 0 && t->cores > layer->min_cc)
-		{
-			t->cores = layer->min_cc;
-			failed = frameq_ledger_try_charge(items, nitems, t->cores, layer->gpus);
-		}
-		if (failed >= 0)
-		{
-			stop = skip_for(items[failed].kind);
-			break;
-		}
-		t->proc = frameq_random_id();
-		t->result = BOOKED;		/* so far */
-		st->host.idle_cc -= t->cores;
-		st->host.idle_memory -= layer->memory;
-		st->host.idle_gpus -= layer->gpus;
-		st->host.idle_gpu_memory -= layer->gpu_memory;
-		ncharged++;
-	}
-	if (ncharged == 0)
-		return stop;
-
-	/*
-	 * 2. take and start that many waiting frames, lowest numbers first.
-	 * Read the hint before the statement takes its snapshot: see dispatch.c.
-	 */
-	frameq_dispatch_lookup(layer->id, &low, &stamp);
-	args[0] = Int64GetDatum(layer->id);
-	args[1] = Int32GetDatum(ncharged);
-	args[2] = Int32GetDatum(low);
-	ret = SPI_execute_plan(claim_plan, args, NULL, false, 0);
-	if (ret != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "frameq: frame claim failed: %s", SPI_result_code_string(ret));
-	nclaimed = (int) SPI_processed;
-	st->claimed += nclaimed;
-	if (nclaimed < ncharged)
-		st->emptied = true;
-	{
-		/* the charges go to the frames in number order, as they were taken */
-		FrameTry   *got = palloc(sizeof(FrameTry) * Max(nclaimed, 1));
-
-		for (int i = 0; i < nclaimed; i++)
-		{
-			got[i].frame = frameq_get_int64(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, NULL);
-			got[i].number = frameq_get_int32(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, NULL);
-		}
-		qsort(got, nclaimed, sizeof(FrameTry), compare_numbers);
-		for (int i = 0; i < nclaimed; i++)
-		{
-			tries[i].frame = got[i].frame;
-			tries[i].number = got[i].number;
-		}
-	}
-	/* the layer had fewer waiting frames than we charged for */
-	for (int i = nclaimed; i < ncharged; i++)
-		give_back(st, layer, items, nitems, &tries[i]);
-	if (nclaimed == 0)
-		return SKIP_FRAME;
-	if (nclaimed < ncharged)
-		stop = SKIP_FRAME;		/* the caps were not what stopped us */
-
-	/* 3. insert their procs; the insert trigger adopts the charges */
-	d1 = palloc(sizeof(Datum) * nclaimed);
-	d2 = palloc(sizeof(Datum) * nclaimed);
-	d3 = palloc(sizeof(Datum) * nclaimed);
-	for (k = 0; k < nclaimed; k++)
-	{
-		d1[k] = Int64GetDatum(tries[k].proc);
-		d2[k] = Int64GetDatum(tries[k].frame);
-		d3[k] = Int32GetDatum(tries[k].cores);
-	}
-	if (k > precharged_cap)
+	if (b->nclaimed > precharged_cap)
 	{
 		if (precharged)
 			pfree(precharged);
-		precharged = MemoryContextAlloc(TopMemoryContext, sizeof(int64) * k);
-		precharged_cap = k;
+		precharged = MemoryContextAlloc(TopMemoryContext, sizeof(int64) * b->nclaimed);
+		precharged_cap = b->nclaimed;
 	}
-	for (int i = 0; i < k; i++)
-		precharged[i] = DatumGetInt64(d1[i]);
-	nprecharged = k;
+	for (int i = 0; i < b->nclaimed; i++)
+		precharged[i] = b->tries[i].proc;
+	nprecharged = b->nclaimed;
 	precharged_lxid = MyProc->lxid;
 
-	memset(nulls, ' ', sizeof(nulls));
-	args[0] = PointerGetDatum(construct_array(d1, k, INT8OID, 8, FLOAT8PASSBYVAL,
-											  TYPALIGN_DOUBLE));
-	args[1] = PointerGetDatum(construct_array(d2, k, INT8OID, 8, FLOAT8PASSBYVAL,
-											  TYPALIGN_DOUBLE));
-	args[2] = Int32GetDatum(st->host.id);
-	args[3] = Int64GetDatum(st->epoch);
-	args[4] = Int64GetDatum(job->id);
-	args[5] = Int64GetDatum(layer->id);
-	args[6] = Int32GetDatum(show->show);
-	args[7] = Int32GetDatum(job->folder);
-	if (!job->has_folder)
-		nulls[7] = 'n';
-	args[8] = Int32GetDatum(st->host.allocation);
-	{
-		Datum		ids[MAX_LAYER_LIMITS];
-
-		for (int j = 0; j < layer->nlimits; j++)
-			ids[j] = Int32GetDatum(layer->limit_ids[j]);
-		args[9] = PointerGetDatum(construct_array(ids, layer->nlimits, INT4OID, 4,
-												  true, TYPALIGN_INT));
-	}
-	args[10] = PointerGetDatum(construct_array(d3, k, INT4OID, 4, true, TYPALIGN_INT));
-	args[11] = Int64GetDatum(layer->memory);
-	args[12] = Int32GetDatum(layer->gpus);
-	args[13] = Int64GetDatum(layer->gpu_memory);
-
-	ret = SPI_execute_plan(insert_plan, args, nulls, false, 0);
+	proc_insert_args(b, args, nulls);
+	ret = SPI_execute_plan(plan, args, nulls, false, 0);
 	if (ret != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "frameq: proc insert failed: %s", SPI_result_code_string(ret));
-	/* keep the ids: the undo below runs SPI again */
-	ngot = (int) SPI_processed;
-	for (int r = 0; r < ngot; r++)
-		d1[r] = Int64GetDatum(frameq_get_int64(SPI_tuptable->vals[r],
-											   SPI_tuptable->tupdesc, 1, NULL));
-	for (int i = 0; i < nclaimed; i++)
+	/* keep the ids: unclaim_frame runs SPI again */
+	ninserted = (int) SPI_processed;
+	inserted = palloc(sizeof(int64) * Max(ninserted, 1));
+	for (int r = 0; r < ninserted; r++)
+		inserted[r] = frameq_get_int64(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, NULL);
+	for (int i = 0; i < b->nclaimed; i++)
 	{
-		bool		inserted = false;
+		bool		found = false;
 
-		for (int r = 0; r < ngot && !inserted; r++)
-			inserted = DatumGetInt64(d1[r]) == tries[i].proc;
-		if (inserted)
-		{
-			if (frameq_adopt_precharge(tries[i].proc))
-				elog(ERROR, "frameq: the proc insert trigger did not take the booking's charge");
-			continue;
-		}
-
-		/*
-		 * The frame already has a proc, so someone else booked it: it is
-		 * rightly running, and our charge and attempt were not used.
-		 */
-		{
-			static SPIPlanPtr undo_plan = NULL;
-			Datum		undo_args[1];
-
-			give_back(st, layer, items, nitems, &tries[i]);
-			if (undo_plan == NULL)
-			{
-				Oid			types[1] = {INT8OID};
-
-				undo_plan = frameq_prepare("UPDATE frameq.frame SET attempts = attempts - 1"
-										   " WHERE id = $1 AND attempts > 0",
-										   1, types);
-			}
-			undo_args[0] = Int64GetDatum(tries[i].frame);
-			if (SPI_execute_plan(undo_plan, undo_args, NULL, false, 0) != SPI_OK_UPDATE)
-				elog(ERROR, "frameq: frame attempt undo failed");
-		}
+		for (int r = 0; r < ninserted && !found; r++)
+			found = inserted[r] == b->tries[i].proc;
+		if (!found)
+			unclaim_frame(b, &b->tries[i]);
+		else if (frameq_adopt_precharge(b->tries[i].proc))
+			elog(ERROR, "frameq: the proc insert trigger did not take the booking's charge");
 	}
 	nprecharged = 0;
+}
 
-	/* 4. hand the bookings out */
-	for (int i = 0; i < nclaimed; i++)
+/* 4. Hand the bookings out, and move the layer's dispatch hint; returns how many */
+static int
+hand_out(LayerBooking *b)
+{
+	ReserveState *st = b->st;
+	const LayerCandidate *layer = b->layer;
+	int			nbooked = 0;
+
+	for (int i = 0; i < b->nclaimed; i++)
 	{
-		FrameTry   *t = &tries[i];
+		FrameTry   *t = &b->tries[i];
 		Datum		values[BOOKING_MAX_NATTS];
 		bool		vnulls[BOOKING_MAX_NATTS];
 
@@ -777,7 +809,7 @@ book_frames(ReserveState *st, const ShowCandidate *show, const JobCandidate *job
 			frameq_dispatch_skipped(layer->id, t->number);
 			continue;
 		}
-		frameq_dispatch_booked(layer->id, t->number, &stamp);
+		frameq_dispatch_booked(layer->id, t->number, &b->stamp);
 		st->booked++;
 		nbooked++;
 		/* null: run_secret until set, and any dropped attribute */
@@ -785,11 +817,11 @@ book_frames(ReserveState *st, const ShowCandidate *show, const JobCandidate *job
 		memset(vnulls, false, sizeof(bool) * BOOKING_FIXED_NATTS);
 		values[0] = Int64GetDatum(t->proc);
 		values[1] = Int64GetDatum(t->frame);
-		values[2] = Int64GetDatum(job->id);
+		values[2] = Int64GetDatum(b->job->id);
 		values[3] = Int64GetDatum(layer->id);
 		values[4] = Int32GetDatum(t->number);
 		values[5] = CStringGetTextDatum(expand_command(layer->command, t->number,
-													   job->name, layer->name));
+													   b->job->name, layer->name));
 		values[6] = frameq_numeric_from_cc(t->cores);
 		values[7] = Int64GetDatum(layer->memory);
 		values[8] = Int32GetDatum(layer->gpus);
@@ -802,8 +834,30 @@ book_frames(ReserveState *st, const ShowCandidate *show, const JobCandidate *job
 		}
 		tuplestore_putvalues(st->rsinfo->setResult, st->rsinfo->setDesc, values, vnulls);
 	}
+	return nbooked;
+}
+
+static BookResult
+book_frames(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
+			const LayerCandidate *layer, int want, bool *more)
+{
+	LayerBooking b = {st, show, job, layer};
+	BookResult	stop;
+	int			nbooked;
+
+	*more = false;
+	stop = charge_frames(&b, want);
+	if (b.ncharged == 0)
+		return stop;
+	claim_frames(&b);
+	if (b.nclaimed == 0)
+		return SKIP_FRAME;
+	if (b.nclaimed < b.ncharged)
+		stop = SKIP_FRAME;		/* the caps were not what stopped us */
+	insert_procs(&b);
+	nbooked = hand_out(&b);
 	/* if it had fewer frames than we wanted, there is nothing more to take now */
-	*more = nclaimed == ncharged && nbooked > 0;
+	*more = b.nclaimed == b.ncharged && nbooked > 0;
 	return stop;
 }
 
@@ -1289,8 +1343,8 @@ book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tid
  * A ledger rebuild (server start, ledger_reset) lost the parked marks, so
  * the layers whose rows were parked must be queued again: reserve() does
  * it before it walks, the worker in its next round, whoever comes first;
- * until one of them commits, nothing is parked (ledger.c, "Parking").  A
- * duplicate row is harmless.  SPI connected; true if it queued.
+ * until one of them commits, nothing is parked (ledger.c, "Parking").
+ * SPI connected; true if it queued.
  */
 static bool
 requeue_after_rebuild(void)
@@ -1310,14 +1364,15 @@ requeue_after_rebuild(void)
 
 PG_FUNCTION_INFO_V1(frameq_requeue_after_rebuild);
 
-/* frameq._requeue_after_rebuild(): the worker's step; 1 if it queued */
+/* frameq._requeue_after_rebuild(): the worker's step, and check()'s; 1 if it queued */
 Datum
 frameq_requeue_after_rebuild(PG_FUNCTION_ARGS)
 {
 	bool		queued;
 
 	frameq_require_preload();
-	if (RecoveryInProgress())
+	/* a standby, or check() in a read-only transaction: nothing to write */
+	if (RecoveryInProgress() || XactReadOnly)
 		PG_RETURN_INT64(0);
 	frameq_ledger_ensure_valid();
 	if (SPI_connect() != SPI_OK_CONNECT)

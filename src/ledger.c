@@ -24,7 +24,8 @@
  * - A rebuild holds ShareRowExclusiveLock on frameq.proc (which conflicts
  *	 with the RowExclusiveLock of every transaction that inserts or deletes
  *	 procs, and with itself) from before it reads until it has marked the
- *	 ledger valid, and then releases it, before its transaction ends.  So
+ *	 ledger valid, and then releases it, before its transaction ends.  It
+ *	 holds the same on frameq.dispatch_queue (see "Parking").  So
  *	 it waits for every transaction that changed procs to finish, reads
  *	 SUM(proc) with a fresh snapshot, and no proc changes while it fills
  *	 the table.  Two backends that both find the ledger invalid serialise
@@ -96,8 +97,11 @@
  *	 was when the row was found over its cap.
  * A cap raised, a job resumed or moved to another folder queue their
  * layers through triggers of their own.  A rebuild loses every mark, so
- * it leaves a requeue due (requeue_generation) that the next reserve()
- * runs before it walks; parking waits until that has committed.
+ * it leaves a requeue due (requeue_generation) that the next reserve() or
+ * the worker runs; parking waits until that has committed.  The rebuild
+ * also waits for every transaction that wrote the dispatch queue (below),
+ * so no park is in flight across it and the requeue can skip the layers
+ * that still have their rows.
  *
  *-------------------------------------------------------------------------
  */
@@ -518,6 +522,15 @@ typedef struct RebuildRow
 	int32		running;
 } RebuildRow;
 
+/* the locks a rebuild takes, given back once the ledger is valid */
+static void
+unlock_rebuild(Oid procrel, Oid queuerel)
+{
+	if (OidIsValid(queuerel))
+		UnlockRelationOid(queuerel, ShareRowExclusiveLock);
+	UnlockRelationOid(procrel, ShareRowExclusiveLock);
+}
+
 /*
  * Rebuild the ledger from the proc table.  See the locking protocol above.
  */
@@ -526,6 +539,7 @@ ledger_rebuild(void)
 {
 	Oid			nsp;
 	Oid			procrel;
+	Oid			queuerel;
 	RebuildRow *rows;
 	uint64		nrows;
 	int			ret;
@@ -543,15 +557,24 @@ ledger_rebuild(void)
 	procrel = get_relname_relid("proc", nsp);
 	if (!OidIsValid(procrel))
 		elog(ERROR, "frameq: relation frameq.proc does not exist");
-	/* a writer that keeps proc locked past lock_wait: fail (55P03), do not wait on */
+	/*
+	 * A writer that keeps proc locked past lock_wait: fail (55P03), do not
+	 * wait on.  The dispatch queue too, where it exists: a rebuild forgets
+	 * the parked marks, so no transaction that may have parked rows (a
+	 * reserve() that deleted queue rows) may still be in flight when it
+	 * ends ("Parking" above).
+	 */
+	queuerel = get_relname_relid("dispatch_queue", nsp);
 	lock_nest = frameq_bound_lock_waits();
 	LockRelationOid(procrel, ShareRowExclusiveLock);
+	if (OidIsValid(queuerel))
+		LockRelationOid(queuerel, ShareRowExclusiveLock);
 	frameq_end_lock_waits(lock_nest);
 
 	if (pg_atomic_read_u64(&FrameqLedger->valid_generation) != 0)
 	{
 		/* another backend rebuilt it while we waited */
-		UnlockRelationOid(procrel, ShareRowExclusiveLock);
+		unlock_rebuild(procrel, queuerel);
 		return;
 	}
 
@@ -631,7 +654,7 @@ ledger_rebuild(void)
 
 	SPI_finish();
 	/* valid now: see "Why releasing early is safe" above */
-	UnlockRelationOid(procrel, ShareRowExclusiveLock);
+	unlock_rebuild(procrel, queuerel);
 }
 
 void
@@ -898,39 +921,52 @@ requeue_commit(void)
 
 PG_FUNCTION_INFO_V1(frameq_ledger_parked);
 
-/* the parked entries: kind, id, inflight (view frameq.dispatch_parked) */
-Datum
-frameq_ledger_parked(PG_FUNCTION_ARGS)
+/*
+ * A copy of the entries (only the parked ones if parked_only), taken under
+ * the lock so that the caller builds its tuples after releasing it.
+ */
+static LedgerEntry *
+copy_entries(bool parked_only, int *n)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	HASH_SEQ_STATUS seq;
 	LedgerEntry *entry;
 	LedgerEntry *copy;
-	int			n = 0;
 	long		size;
-	static const char *const kinds[] = {NULL, "subscription", "folder", "job", "limit"};
 
-	frameq_ledger_ensure_valid();
-	InitMaterializedSRF(fcinfo, 0);
+	*n = 0;
 	LWLockAcquire(FrameqLedger->lock, LW_SHARED);
 	size = hash_get_num_entries(LedgerHash);
 	copy = palloc(sizeof(LedgerEntry) * Max(size, 1));
 	hash_seq_init(&seq, LedgerHash);
 	while ((entry = hash_seq_search(&seq)) != NULL)
 	{
-		if (n < size && entry->parked)
-			copy[n++] = *entry;
+		if (*n < size && (entry->parked || !parked_only) &&
+			entry->key.kind >= LEDGER_SUBSCRIPTION && entry->key.kind <= LEDGER_LIMIT)
+			copy[(*n)++] = *entry;
 	}
 	LWLockRelease(FrameqLedger->lock);
+	return copy;
+}
 
+static const char *const kind_names[] = {NULL, "subscription", "folder", "job", "limit"};
+
+/* the parked entries: kind, id, inflight (view frameq.dispatch_parked) */
+Datum
+frameq_ledger_parked(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	LedgerEntry *copy;
+	int			n;
+
+	frameq_ledger_ensure_valid();
+	InitMaterializedSRF(fcinfo, 0);
+	copy = copy_entries(true, &n);
 	for (int i = 0; i < n; i++)
 	{
 		Datum		values[3];
 		bool		nulls[3] = {0};
 
-		if (copy[i].key.kind < 1 || copy[i].key.kind > 4)
-			continue;
-		values[0] = CStringGetTextDatum(kinds[copy[i].key.kind]);
+		values[0] = CStringGetTextDatum(kind_names[copy[i].key.kind]);
 		values[1] = Int64GetDatum(copy[i].key.id);
 		values[2] = Int32GetDatum(copy[i].inflight);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
@@ -940,7 +976,7 @@ frameq_ledger_parked(PG_FUNCTION_ARGS)
 
 PG_FUNCTION_INFO_V1(frameq_ledger_requeue_pending);
 
-/* is a rebuild's requeue still to commit?  check() excuses missing rows then */
+/* is a rebuild's requeue still to commit?  (tests and diagnostics) */
 Datum
 frameq_ledger_requeue_pending(PG_FUNCTION_ARGS)
 {
@@ -954,39 +990,21 @@ Datum
 frameq_ledger(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	HASH_SEQ_STATUS seq;
-	LedgerEntry *entry;
 	LedgerEntry *copy;
-	int			n = 0;
-	long		size;
-	static const char *const kinds[] = {NULL, "subscription", "folder", "job", "limit"};
+	int			n;
 
 	frameq_ledger_ensure_valid();
 	InitMaterializedSRF(fcinfo, 0);
-
-	/* copy out under the lock, build tuples after releasing it */
-	LWLockAcquire(FrameqLedger->lock, LW_SHARED);
-	size = hash_get_num_entries(LedgerHash);
-	copy = palloc(sizeof(LedgerEntry) * Max(size, 1));
-	hash_seq_init(&seq, LedgerHash);
-	while ((entry = hash_seq_search(&seq)) != NULL)
-	{
-		if (n < size)
-			copy[n++] = *entry;
-	}
-	LWLockRelease(FrameqLedger->lock);
-
+	copy = copy_entries(false, &n);
 	for (int i = 0; i < n; i++)
 	{
 		Datum		values[6];
 		bool		nulls[6] = {0};
 
-		if (copy[i].key.kind < 1 || copy[i].key.kind > 4)
-			continue;
 		/* kept only for a parked mark or a change in flight */
 		if (copy[i].used_cc == 0 && copy[i].used_gpus == 0 && copy[i].running == 0)
 			continue;
-		values[0] = CStringGetTextDatum(kinds[copy[i].key.kind]);
+		values[0] = CStringGetTextDatum(kind_names[copy[i].key.kind]);
 		values[1] = Int64GetDatum(copy[i].key.id);
 		values[2] = Int64GetDatum(copy[i].key.id2);
 		values[3] = Int32GetDatum(copy[i].used_cc);
@@ -1009,7 +1027,6 @@ frameq_ledger_pending(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	uint64		current;
-	static const char *const kinds[] = {NULL, "subscription", "folder", "job", "limit"};
 
 	/* first: without the preload there is no shared memory to read */
 	frameq_require_preload();
@@ -1024,7 +1041,7 @@ frameq_ledger_pending(PG_FUNCTION_ARGS)
 		if (e->applied || e->generation != current ||
 			e->key.kind < 1 || e->key.kind > 4)
 			continue;
-		values[0] = CStringGetTextDatum(kinds[e->key.kind]);
+		values[0] = CStringGetTextDatum(kind_names[e->key.kind]);
 		values[1] = Int64GetDatum(e->key.id);
 		values[2] = Int64GetDatum(e->key.id2);
 		values[3] = Int32GetDatum(e->cc);

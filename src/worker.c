@@ -288,7 +288,16 @@ worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now)
 		else if (step == STEP_FINISH_JOBS)
 			result = run_step("SELECT frameq._finish_checked_jobs()", 0, NULL, NULL);
 		else
+		{
+			/*
+			 * Rare and never urgent (reserve() does the same before it
+			 * walks): give way at once to anyone holding a lock it needs,
+			 * a DROP EXTENSION say, rather than queue behind it.
+			 */
+			(void) run_step("SELECT length(set_config('lock_timeout', '10ms', true))::int8",
+							0, NULL, NULL);
 			result = run_step("SELECT frameq._requeue_after_rebuild()", 0, NULL, NULL);
+		}
 	}
 
 	SPI_finish();

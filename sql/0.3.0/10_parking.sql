@@ -44,11 +44,29 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 		 WHERE j.folder OPERATOR(pg_catalog.=) $1 AND j.state OPERATOR(pg_catalog.=) 'active'))
 $$;
 
-/* after a ledger rebuild, which forgets what was parked: every active job */
+/*
+ * After a ledger rebuild, which forgets what was parked: every waiting
+ * layer of an active job that has no row for one of its tags at the job's
+ * priority.  Testing for a row is safe here, unlike on a release: the
+ * rebuild waited for every transaction that had written the queue, so no
+ * park's delete is in flight, and none starts until this has committed.
+ */
 CREATE FUNCTION frameq._queue_waiting_layers() RETURNS void
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
-	SELECT frameq._queue_waiting_of(ARRAY(
-		SELECT j.id FROM frameq.job j WHERE j.state OPERATOR(pg_catalog.=) 'active'))
+	SELECT frameq._queue_layers(ARRAY(
+		SELECT l.id FROM frameq.layer l
+		  JOIN frameq.job j ON j.id OPERATOR(pg_catalog.=) l.job
+		 CROSS JOIN LATERAL pg_catalog.unnest(
+				CASE WHEN pg_catalog.cardinality(l.tags) OPERATOR(pg_catalog.=) 0
+					 THEN ARRAY['']::text[] ELSE l.tags END) t(tag)
+		 WHERE j.state OPERATOR(pg_catalog.=) 'active'
+		   AND EXISTS (SELECT 1 FROM frameq.frame f
+						WHERE f.layer OPERATOR(pg_catalog.=) l.id
+						  AND f.state OPERATOR(pg_catalog.=) 'waiting')
+		   AND NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
+							WHERE q.layer OPERATOR(pg_catalog.=) l.id
+							  AND q.tag OPERATOR(pg_catalog.=) t.tag
+							  AND q.priority OPERATOR(pg_catalog.=) j.priority)))
 $$;
 
 /*

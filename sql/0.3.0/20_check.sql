@@ -1,11 +1,14 @@
 /*
  * check(): as in 0.2.0, but a layer whose job or folder is parked over its
- * cap has no dispatch queue row by design (10_parking.sql).
+ * cap has no dispatch queue row by design (10_parking.sql), and, as
+ * reserve() does before it walks, it first queues what a ledger rebuild
+ * made it forget was parked.
  */
 CREATE OR REPLACE FUNCTION frameq.check() RETURNS TABLE (invariant text, detail text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
 	PERFORM frameq._ledger_ensure();
+	PERFORM frameq._requeue_after_rebuild();
 
 	RETURN QUERY
 	SELECT 'one run at a time', format('frame %s is running but has no proc', f.id)
@@ -135,7 +138,7 @@ BEGIN
 	/*
 	 * A row per tag, of the job's show and resources, at any priority
 	 * (0.2.0's 40_dispatch.sql), unless the job or its folder is parked
-	 * over its cap, or a ledger rebuild's requeue has yet to run.
+	 * over its cap.
 	 */
 	RETURN QUERY
 	SELECT 'no waiting frame is passed over',
@@ -147,7 +150,6 @@ BEGIN
 	 CROSS JOIN LATERAL unnest(CASE WHEN cardinality(l.tags) = 0 THEN ARRAY['']::text[]
 									ELSE l.tags END) t(tag)
 	 WHERE j.state = 'active'
-	   AND NOT frameq._requeue_pending()
 	   AND NOT frameq._parked_over_cap(j.id, coalesce(j.max_cc, -1), coalesce(j.max_gpus, -1),
 									   j.folder, coalesce(fo.max_cc, -1), coalesce(fo.max_gpus, -1),
 									   l.min_cc, l.gpus)
