@@ -7,7 +7,9 @@
  * A host's token is stored only as its SHA-256 hash.  Every agent call
  * names the host and its token; calls that act on bookings also name the
  * lease epoch, which attach() bumps, so a report from an earlier life of
- * the agent can never touch the current bookings.
+ * the agent can never touch the current bookings.  The lease period (how
+ * long after its last renewal a host's lease is surely over, by any clock)
+ * is defined here once, for the worker and for SQL.
  *
  *-------------------------------------------------------------------------
  */
@@ -15,6 +17,7 @@
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
 #include "frameq.h"
 
@@ -127,4 +130,28 @@ frameq_host_check_epoch(const FrameqHost *host, const char *name, int64 epoch)
 				(errcode(ERRCODE_FRAMEQ_LEASE_EXPIRED),
 				 errmsg("lease of host \"%s\" has expired", name),
 				 errhint("The agent must stop its renders and call frameq.attach() again.")));
+}
+
+/*
+ * The lease period: lease_ttl * (1 + clock_drift) + lease_margin, in
+ * microseconds.  A lease renewed at T has surely ended, by the server's
+ * clock, at T plus this, however fast the host's clock ran.
+ */
+int64
+frameq_lease_period_us(void)
+{
+	return (int64) (frameq_lease_ttl * USECS_PER_SEC * (1.0 + frameq_clock_drift)) +
+		(int64) frameq_lease_margin * USECS_PER_SEC;
+}
+
+PG_FUNCTION_INFO_V1(frameq_lease_period);
+
+/* frameq.lease_period() */
+Datum
+frameq_lease_period(PG_FUNCTION_ARGS)
+{
+	Interval   *result = palloc0(sizeof(Interval));
+
+	result->time = frameq_lease_period_us();
+	PG_RETURN_INTERVAL_P(result);
 }

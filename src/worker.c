@@ -133,14 +133,6 @@ frameq_worker_wake_at_commit(void)
 	wake_at_commit = true;
 }
 
-/* the lease period: lease_ttl * (1 + clock_drift) + lease_margin, in microseconds */
-static int64
-lease_period_us(void)
-{
-	return (int64) (frameq_lease_ttl * USECS_PER_SEC * (1.0 + frameq_clock_drift)) +
-		(int64) frameq_lease_margin * USECS_PER_SEC;
-}
-
 /*
  * Does the quarantine after start still hold?  Until a worker has started
  * as primary we do not know when it will end, so it holds.
@@ -412,7 +404,7 @@ frameq_worker_main(Datum main_arg)
 
 		FrameqWorker->started = true;
 		FrameqWorker->quarantine_start = now;
-		FrameqWorker->quarantine_until = now + lease_period_us();
+		FrameqWorker->quarantine_until = now + frameq_lease_period_us();
 		FrameqWorker->leases_since = now;
 	}
 	else
@@ -420,7 +412,7 @@ frameq_worker_main(Datum main_arg)
 	SpinLockRelease(&FrameqWorker->mutex);
 	if (rearm && frameq_quarantine)
 		elog(LOG, "frameq worker: started; no bookings or lease expiry for %.1f s",
-			 lease_period_us() / 1e6);
+			 frameq_lease_period_us() / 1e6);
 	else if (rearm)
 		elog(LOG, "frameq worker: started; frameq.quarantine is off");
 
