@@ -48,6 +48,10 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# `make` builds everything: without this the first rule above (an upgrade
+# step's script) would be the default goal
+.DEFAULT_GOAL := all
+
 # after the include: Makefile.global sets the pg_regress database names
 FRAMEQ_TESTDB ?= $(shell $(bindir)/psql -X -A -t -q -d postgres -c 'SHOW frameq.database' 2>/dev/null)
 CONTRIB_TESTDB = $(FRAMEQ_TESTDB)
