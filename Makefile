@@ -24,9 +24,44 @@ sql/$(EXTENSION)--0.1.0--0.2.0.sql: $(sort $(wildcard sql/0.2.0/*.sql))
 sql/$(EXTENSION)--0.2.0--0.3.0.sql: $(sort $(wildcard sql/0.3.0/*.sql))
 	cat $^ > $@
 
+# `make installcheck`: pg_regress tests (test/regress/sql/*.sql) and
+# isolation specs (test/isolation/specs/*.spec), run against a running
+# server with frameq preloaded, found through PGHOST, PGPORT and PGUSER as
+# usual.  The expected outputs of both live in expected/.  PostgreSQL 15's
+# pg_regress has no --expecteddir, but it reads <outputdir>/expected/ before
+# <inputdir>/expected/, so the output goes to the top directory (results/,
+# regression.diffs) and the expected/ there is the one compared with.
+#
+# frameq runs in one database per server, the one named by frameq.database,
+# and its background worker stays connected to it: pg_regress cannot drop
+# and re-create a database of its own (`--use-existing`).  The tests run in
+# that database, whose name is asked of the server unless FRAMEQ_TESTDB is
+# given, and they drop and re-create the extension there: run them against
+# a test server, never against a farm.
+REGRESS = $(sort $(notdir $(basename $(wildcard test/regress/sql/*.sql))))
+REGRESS_OPTS = --inputdir=test/regress --outputdir=. --use-existing
+REGRESS_PREP = installcheck-database
+ISOLATION = $(sort $(notdir $(basename $(wildcard test/isolation/specs/*.spec))))
+ISOLATION_OPTS = --inputdir=test/isolation --outputdir=. --use-existing
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# `make` builds everything: without this the first rule above (an upgrade
+# step's script) would be the default goal
+.DEFAULT_GOAL := all
+
+# after the include: Makefile.global sets the pg_regress database names
+FRAMEQ_TESTDB ?= $(shell $(bindir)/psql -X -A -t -q -d postgres -c 'SHOW frameq.database' 2>/dev/null)
+CONTRIB_TESTDB = $(FRAMEQ_TESTDB)
+ISOLATION_TESTDB = $(FRAMEQ_TESTDB)
+
+.PHONY: installcheck-database
+installcheck-database:
+	@test -n "$(FRAMEQ_TESTDB)" || { \
+		echo "installcheck: could not read frameq.database from the server: is it running, found by PGHOST/PGPORT, with frameq in shared_preload_libraries? (or give FRAMEQ_TESTDB=<database>)" >&2; \
+		exit 1; }
 
 # the README's main-job command: a throwaway farm running a job to completion
 .PHONY: demo
