@@ -532,6 +532,97 @@ unlock_rebuild(Oid procrel, Oid queuerel)
 }
 
 /*
+ * Every capped entity's usage as the proc table has it, read with the
+ * latest snapshot, not the transaction's: in REPEATABLE READ the
+ * transaction snapshot may predate procs committed before the rebuild got
+ * its lock.  SPI connected; returns the rows (palloc'd), *nrows their
+ * number.
+ */
+static RebuildRow *
+read_usage(uint64 *nrows_out)
+{
+	SPIPlanPtr	plan;
+	RebuildRow *rows;
+	uint64		nrows;
+	int			ret;
+
+	plan = SPI_prepare("SELECT 1, show::int8, allocation::int8, sum(cores_cc)::int4,"
+					   "       sum(gpus)::int4, count(*)::int4"
+					   "  FROM frameq.proc GROUP BY show, allocation "
+					   "UNION ALL "
+					   "SELECT 2, folder, 0, sum(cores_cc)::int4, sum(gpus)::int4, count(*)::int4"
+					   "  FROM frameq.proc WHERE folder IS NOT NULL GROUP BY folder "
+					   "UNION ALL "
+					   "SELECT 3, job, 0, sum(cores_cc)::int4, sum(gpus)::int4, count(*)::int4"
+					   "  FROM frameq.proc GROUP BY job "
+					   "UNION ALL "
+					   "SELECT 4, l, 0, sum(p.cores_cc)::int4, sum(p.gpus)::int4, count(*)::int4"
+					   "  FROM frameq.proc p, unnest(p.limits) AS l GROUP BY l",
+					   0, NULL);
+	if (plan == NULL)
+		elog(ERROR, "frameq: could not prepare the ledger rebuild");
+	ret = SPI_execute_snapshot(plan, NULL, NULL, GetLatestSnapshot(),
+							   InvalidSnapshot, true, false, 0);
+	if (ret != SPI_OK_SELECT)
+		elog(ERROR, "frameq: ledger rebuild query failed: %s",
+			 SPI_result_code_string(ret));
+
+	nrows = SPI_processed;
+	if (nrows > (uint64) frameq_ledger_size)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("frameq's ledger needs %llu entries but frameq.ledger_size is %d",
+						(unsigned long long) nrows, frameq_ledger_size),
+				 errhint("Raise frameq.ledger_size and restart the server.")));
+	rows = palloc(sizeof(RebuildRow) * Max(nrows, 1));
+	for (uint64 i = 0; i < nrows; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+
+		make_key(&rows[i].key,
+				 (LedgerKind) frameq_get_int32(tup, desc, 1, NULL),
+				 frameq_get_int64(tup, desc, 2, NULL),
+				 frameq_get_int64(tup, desc, 3, NULL));
+		rows[i].cc = frameq_get_int32(tup, desc, 4, NULL);
+		rows[i].gpus = frameq_get_int32(tup, desc, 5, NULL);
+		rows[i].running = frameq_get_int32(tup, desc, 6, NULL);
+	}
+	*nrows_out = nrows;
+	return rows;
+}
+
+/*
+ * Replace the ledger's contents with these rows and mark it valid under a
+ * new generation, with the requeue that the lost parked marks need due.
+ */
+static void
+fill_ledger(const RebuildRow *rows, uint64 nrows)
+{
+	HASH_SEQ_STATUS seq;
+	LedgerEntry *entry;
+
+	LWLockAcquire(FrameqLedger->lock, LW_EXCLUSIVE);
+	hash_seq_init(&seq, LedgerHash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+		hash_search(LedgerHash, &entry->key, HASH_REMOVE, NULL);
+	for (uint64 i = 0; i < nrows; i++)
+	{
+		entry = enter_entry(&rows[i].key);
+		if (entry == NULL)
+			break;				/* cannot happen: size checked above */
+		entry->used_cc = rows[i].cc;
+		entry->used_gpus = rows[i].gpus;
+		entry->running = rows[i].running;
+	}
+	FrameqLedger->generation++;
+	pg_atomic_write_u64(&FrameqLedger->valid_generation, FrameqLedger->generation);
+	/* the parked marks are gone: their layers must be queued again */
+	pg_atomic_write_u64(&FrameqLedger->requeue_generation, FrameqLedger->generation);
+	LWLockRelease(FrameqLedger->lock);
+}
+
+/*
  * Rebuild the ledger from the proc table.  See the locking protocol above.
  */
 static void
@@ -542,9 +633,6 @@ ledger_rebuild(void)
 	Oid			queuerel;
 	RebuildRow *rows;
 	uint64		nrows;
-	int			ret;
-	HASH_SEQ_STATUS seq;
-	LedgerEntry *entry;
 	int			lock_nest;
 
 	if (proc_written)
@@ -580,78 +668,8 @@ ledger_rebuild(void)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "frameq: SPI_connect failed");
-
-	/*
-	 * Read with the latest snapshot, not the transaction's: in REPEATABLE
-	 * READ the transaction snapshot may predate procs committed before we
-	 * got the lock.
-	 */
-	{
-		SPIPlanPtr	plan;
-
-		plan = SPI_prepare("SELECT 1, show::int8, allocation::int8, sum(cores_cc)::int4,"
-						   "       sum(gpus)::int4, count(*)::int4"
-						   "  FROM frameq.proc GROUP BY show, allocation "
-						   "UNION ALL "
-						   "SELECT 2, folder, 0, sum(cores_cc)::int4, sum(gpus)::int4, count(*)::int4"
-						   "  FROM frameq.proc WHERE folder IS NOT NULL GROUP BY folder "
-						   "UNION ALL "
-						   "SELECT 3, job, 0, sum(cores_cc)::int4, sum(gpus)::int4, count(*)::int4"
-						   "  FROM frameq.proc GROUP BY job "
-						   "UNION ALL "
-						   "SELECT 4, l, 0, sum(p.cores_cc)::int4, sum(p.gpus)::int4, count(*)::int4"
-						   "  FROM frameq.proc p, unnest(p.limits) AS l GROUP BY l",
-						   0, NULL);
-		if (plan == NULL)
-			elog(ERROR, "frameq: could not prepare the ledger rebuild");
-		ret = SPI_execute_snapshot(plan, NULL, NULL, GetLatestSnapshot(),
-								   InvalidSnapshot, true, false, 0);
-		if (ret != SPI_OK_SELECT)
-			elog(ERROR, "frameq: ledger rebuild query failed: %s",
-				 SPI_result_code_string(ret));
-	}
-
-	nrows = SPI_processed;
-	if (nrows > (uint64) frameq_ledger_size)
-		ereport(ERROR,
-				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				 errmsg("frameq's ledger needs %llu entries but frameq.ledger_size is %d",
-						(unsigned long long) nrows, frameq_ledger_size),
-				 errhint("Raise frameq.ledger_size and restart the server.")));
-	rows = palloc(sizeof(RebuildRow) * Max(nrows, 1));
-	for (uint64 i = 0; i < nrows; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-
-		make_key(&rows[i].key,
-				 (LedgerKind) frameq_get_int32(tup, desc, 1, NULL),
-				 frameq_get_int64(tup, desc, 2, NULL),
-				 frameq_get_int64(tup, desc, 3, NULL));
-		rows[i].cc = frameq_get_int32(tup, desc, 4, NULL);
-		rows[i].gpus = frameq_get_int32(tup, desc, 5, NULL);
-		rows[i].running = frameq_get_int32(tup, desc, 6, NULL);
-	}
-
-	LWLockAcquire(FrameqLedger->lock, LW_EXCLUSIVE);
-	hash_seq_init(&seq, LedgerHash);
-	while ((entry = hash_seq_search(&seq)) != NULL)
-		hash_search(LedgerHash, &entry->key, HASH_REMOVE, NULL);
-	for (uint64 i = 0; i < nrows; i++)
-	{
-		entry = enter_entry(&rows[i].key);
-		if (entry == NULL)
-			break;				/* cannot happen: size checked above */
-		entry->used_cc = rows[i].cc;
-		entry->used_gpus = rows[i].gpus;
-		entry->running = rows[i].running;
-	}
-	FrameqLedger->generation++;
-	pg_atomic_write_u64(&FrameqLedger->valid_generation, FrameqLedger->generation);
-	/* the parked marks are gone: their layers must be queued again */
-	pg_atomic_write_u64(&FrameqLedger->requeue_generation, FrameqLedger->generation);
-	LWLockRelease(FrameqLedger->lock);
-
+	rows = read_usage(&nrows);
+	fill_ledger(rows, nrows);
 	SPI_finish();
 	/* valid now: see "Why releasing early is safe" above */
 	unlock_rebuild(procrel, queuerel);

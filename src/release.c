@@ -326,8 +326,6 @@ frameq_proc_before(PG_FUNCTION_ARGS)
 	return PointerGetDatum(NULL);
 }
 
-PG_FUNCTION_INFO_V1(frameq_proc_after_insert);
-
 /* one host's share of the procs an INSERT added */
 typedef struct HostTake
 {
@@ -337,6 +335,121 @@ typedef struct HostTake
 	int64		gpus;
 	int64		gpu_memory;
 } HostTake;
+
+/* the procs of one insert statement: each host's room taken, each run opened */
+typedef struct InsertedProcs
+{
+	HostTake   *hosts;
+	int			nhosts;
+	Datum	   *run_cols[9];	/* frameq.run's columns, one array each */
+	int			nrows;
+} InsertedProcs;
+
+/* add one inserted proc to its host's total and to the run records */
+static void
+add_inserted(InsertedProcs *ins, const ProcRow *p)
+{
+	int			h;
+
+	for (h = 0; h < ins->nhosts && ins->hosts[h].host != p->host; h++)
+		;
+	if (h == ins->nhosts)
+		ins->hosts[ins->nhosts++] = (HostTake) {p->host, 0, 0, 0, 0};
+	ins->hosts[h].cores_cc += p->cores_cc;
+	ins->hosts[h].memory += p->memory;
+	ins->hosts[h].gpus += p->gpus;
+	ins->hosts[h].gpu_memory += p->gpu_memory;
+
+	ins->run_cols[0][ins->nrows] = Int64GetDatum(p->id);
+	ins->run_cols[1][ins->nrows] = Int64GetDatum(p->frame);
+	ins->run_cols[2][ins->nrows] = Int64GetDatum(p->job);
+	ins->run_cols[3][ins->nrows] = Int32GetDatum(p->host);
+	ins->run_cols[4][ins->nrows] = Int64GetDatum(p->epoch);
+	ins->run_cols[5][ins->nrows] = Int32GetDatum(p->cores_cc);
+	ins->run_cols[6][ins->nrows] = Int64GetDatum(p->memory);
+	ins->run_cols[7][ins->nrows] = Int32GetDatum(p->gpus);
+	ins->run_cols[8][ins->nrows] = p->booked_at;
+	ins->nrows++;
+}
+
+/* take each host's room for its new procs, all or nothing (FQ005) */
+static void
+take_host_room(const InsertedProcs *ins)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[5];
+	int			ret;
+
+	if (plan == NULL)
+	{
+		Oid			types[5] = {INT4OID, INT8OID, INT8OID, INT8OID, INT8OID};
+
+		plan = frameq_prepare("UPDATE frameq.host"
+							  "   SET idle_cc = idle_cc - $2, idle_memory = idle_memory - $3,"
+							  "       idle_gpus = idle_gpus - $4,"
+							  "       idle_gpu_memory = idle_gpu_memory - $5"
+							  " WHERE id = $1 AND idle_cc >= $2 AND idle_memory >= $3"
+							  "   AND idle_gpus >= $4 AND idle_gpu_memory >= $5",
+							  5, types);
+	}
+	for (int h = 0; h < ins->nhosts; h++)
+	{
+		const HostTake *t = &ins->hosts[h];
+
+		args[0] = Int32GetDatum(t->host);
+		args[1] = Int64GetDatum(t->cores_cc);
+		args[2] = Int64GetDatum(t->memory);
+		args[3] = Int64GetDatum(t->gpus);
+		args[4] = Int64GetDatum(t->gpu_memory);
+		ret = SPI_execute_plan(plan, args, NULL, false, 0);
+		if (ret != SPI_OK_UPDATE)
+			elog(ERROR, "frameq: host capacity update failed: %s", SPI_result_code_string(ret));
+		if (SPI_processed != 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_FRAMEQ_HOST_FULL),
+					 errmsg("host %d has no room for the procs inserted", t->host),
+					 errdetail("They need %lld cores (in hundredths), %lld bytes of memory, %lld gpus and %lld bytes of gpu memory.",
+							   (long long) t->cores_cc, (long long) t->memory,
+							   (long long) t->gpus, (long long) t->gpu_memory)));
+	}
+}
+
+/* open every new proc's run record, in one statement */
+static void
+open_runs(const InsertedProcs *ins)
+{
+	static SPIPlanPtr plan = NULL;
+	static const Oid elem_types[9] = {INT8OID, INT8OID, INT8OID, INT4OID, INT8OID,
+	INT4OID, INT8OID, INT4OID, TIMESTAMPTZOID};
+	Datum		args[9];
+	int			ret;
+
+	if (plan == NULL)
+	{
+		Oid			types[9] = {INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT4ARRAYOID,
+		INT8ARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID};
+
+		plan = frameq_prepare("INSERT INTO frameq.run"
+							  " (proc, frame, job, host, epoch, cores_cc, memory, gpus, started_at)"
+							  " SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+							  9, types);
+	}
+	for (int c = 0; c < 9; c++)
+	{
+		int16		typlen;
+		bool		typbyval;
+		char		typalign;
+
+		get_typlenbyvalalign(elem_types[c], &typlen, &typbyval, &typalign);
+		args[c] = PointerGetDatum(construct_array(ins->run_cols[c], ins->nrows, elem_types[c],
+												  typlen, typbyval, typalign));
+	}
+	ret = SPI_execute_plan(plan, args, NULL, false, 0);
+	if (ret != SPI_OK_INSERT || SPI_processed != (uint64) ins->nrows)
+		elog(ERROR, "frameq: run record insert failed: %s", SPI_result_code_string(ret));
+}
+
+PG_FUNCTION_INFO_V1(frameq_proc_after_insert);
 
 /*
  * After an INSERT of procs, once per statement: reserve() inserts all the
@@ -348,17 +461,10 @@ Datum
 frameq_proc_after_insert(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
-	static SPIPlanPtr host_plan = NULL;
-	static SPIPlanPtr run_plan = NULL;
 	TupleDesc	desc;
 	TupleTableSlot *slot;
 	int64		rows;
-	int			nrows = 0;
-	HostTake   *hosts;
-	int			nhosts = 0;
-	Datum	   *run_cols[9];
-	Datum		args[9];
-	int			ret;
+	InsertedProcs ins = {0};
 
 	if (!CALLED_AS_TRIGGER(fcinfo) || trigdata->tg_newtable == NULL)
 		elog(ERROR, "frameq_proc_after_insert: not called as a statement trigger with a new table");
@@ -373,12 +479,13 @@ frameq_proc_after_insert(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("too many procs in one insert: %lld", (long long) rows)));
 	for (int c = 0; c < 9; c++)
-		run_cols[c] = palloc(sizeof(Datum) * rows);
-	hosts = palloc(sizeof(HostTake) * rows);
+		ins.run_cols[c] = palloc(sizeof(Datum) * rows);
+	ins.hosts = palloc(sizeof(HostTake) * rows);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "frameq: SPI_connect failed");
 
+	/* each proc's caps (unless reserve() charged it already), host and run */
 	slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
 	tuplestore_rescan(trigdata->tg_newtable);
 	while (tuplestore_gettupleslot(trigdata->tg_newtable, true, false, slot))
@@ -387,99 +494,18 @@ frameq_proc_after_insert(PG_FUNCTION_ARGS)
 		HeapTuple	tup = ExecFetchSlotHeapTuple(slot, false, &should_free);
 		ProcRow		p;
 		LedgerItem	items[16];
-		int			nitems;
-		int			h;
 
 		read_proc(tup, desc, &p);
-		if (!frameq_adopt_precharge(p.id))	/* reserve() charged it already */
-		{
-			nitems = proc_items(&p, items);
-			charge_direct_insert(&p, items, nitems);
-		}
-
-		for (h = 0; h < nhosts && hosts[h].host != p.host; h++)
-			;
-		if (h == nhosts)
-			hosts[nhosts++] = (HostTake) {p.host, 0, 0, 0, 0};
-		hosts[h].cores_cc += p.cores_cc;
-		hosts[h].memory += p.memory;
-		hosts[h].gpus += p.gpus;
-		hosts[h].gpu_memory += p.gpu_memory;
-
-		run_cols[0][nrows] = Int64GetDatum(p.id);
-		run_cols[1][nrows] = Int64GetDatum(p.frame);
-		run_cols[2][nrows] = Int64GetDatum(p.job);
-		run_cols[3][nrows] = Int32GetDatum(p.host);
-		run_cols[4][nrows] = Int64GetDatum(p.epoch);
-		run_cols[5][nrows] = Int32GetDatum(p.cores_cc);
-		run_cols[6][nrows] = Int64GetDatum(p.memory);
-		run_cols[7][nrows] = Int32GetDatum(p.gpus);
-		run_cols[8][nrows] = p.booked_at;
-		nrows++;
+		if (!frameq_adopt_precharge(p.id))
+			charge_direct_insert(&p, items, proc_items(&p, items));
+		add_inserted(&ins, &p);
 		if (should_free)
 			heap_freetuple(tup);
 	}
 	ExecDropSingleTupleTableSlot(slot);
 
-	if (host_plan == NULL)
-	{
-		Oid			types[5] = {INT4OID, INT8OID, INT8OID, INT8OID, INT8OID};
-
-		host_plan = frameq_prepare("UPDATE frameq.host"
-								   "   SET idle_cc = idle_cc - $2, idle_memory = idle_memory - $3,"
-								   "       idle_gpus = idle_gpus - $4,"
-								   "       idle_gpu_memory = idle_gpu_memory - $5"
-								   " WHERE id = $1 AND idle_cc >= $2 AND idle_memory >= $3"
-								   "   AND idle_gpus >= $4 AND idle_gpu_memory >= $5",
-								   5, types);
-	}
-	for (int h = 0; h < nhosts; h++)
-	{
-		args[0] = Int32GetDatum(hosts[h].host);
-		args[1] = Int64GetDatum(hosts[h].cores_cc);
-		args[2] = Int64GetDatum(hosts[h].memory);
-		args[3] = Int64GetDatum(hosts[h].gpus);
-		args[4] = Int64GetDatum(hosts[h].gpu_memory);
-		ret = SPI_execute_plan(host_plan, args, NULL, false, 0);
-		if (ret != SPI_OK_UPDATE)
-			elog(ERROR, "frameq: host capacity update failed: %s", SPI_result_code_string(ret));
-		if (SPI_processed != 1)
-			ereport(ERROR,
-					(errcode(ERRCODE_FRAMEQ_HOST_FULL),
-					 errmsg("host %d has no room for the procs inserted", hosts[h].host),
-					 errdetail("They need %lld cores (in hundredths), %lld bytes of memory, %lld gpus and %lld bytes of gpu memory.",
-							   (long long) hosts[h].cores_cc, (long long) hosts[h].memory,
-							   (long long) hosts[h].gpus, (long long) hosts[h].gpu_memory)));
-	}
-
-	if (run_plan == NULL)
-	{
-		Oid			types[9] = {INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT4ARRAYOID,
-		INT8ARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID};
-
-		run_plan = frameq_prepare("INSERT INTO frameq.run"
-								  " (proc, frame, job, host, epoch, cores_cc, memory, gpus, started_at)"
-								  " SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-								  9, types);
-	}
-	{
-		static const Oid elem_types[9] = {INT8OID, INT8OID, INT8OID, INT4OID, INT8OID,
-		INT4OID, INT8OID, INT4OID, TIMESTAMPTZOID};
-
-		for (int c = 0; c < 9; c++)
-		{
-			int16		typlen;
-			bool		typbyval;
-			char		typalign;
-
-			get_typlenbyvalalign(elem_types[c], &typlen, &typbyval, &typalign);
-			args[c] = PointerGetDatum(construct_array(run_cols[c], nrows, elem_types[c],
-													  typlen, typbyval, typalign));
-		}
-	}
-	ret = SPI_execute_plan(run_plan, args, NULL, false, 0);
-	if (ret != SPI_OK_INSERT || SPI_processed != (uint64) nrows)
-		elog(ERROR, "frameq: run record insert failed: %s", SPI_result_code_string(ret));
+	take_host_room(&ins);
+	open_runs(&ins);
 
 	SPI_finish();
 	return PointerGetDatum(NULL);
@@ -660,23 +686,128 @@ requeue_parked(const LedgerItem *items, int nitems, uint32 parked)
 	}
 }
 
+/* the released proc's host gets its room back (a release's first write after the proc) */
+static void
+give_host_room(const ProcRow *p)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[5];
+	int			ret;
+
+	if (plan == NULL)
+	{
+		Oid			types[5] = {INT4OID, INT4OID, INT8OID, INT4OID, INT8OID};
+
+		plan = frameq_prepare("UPDATE frameq.host"
+							  "   SET idle_cc = idle_cc + $2, idle_memory = idle_memory + $3,"
+							  "       idle_gpus = idle_gpus + $4,"
+							  "       idle_gpu_memory = idle_gpu_memory + $5"
+							  " WHERE id = $1",
+							  5, types);
+	}
+	args[0] = Int32GetDatum(p->host);
+	args[1] = Int32GetDatum(p->cores_cc);
+	args[2] = Int64GetDatum(p->memory);
+	args[3] = Int32GetDatum(p->gpus);
+	args[4] = Int64GetDatum(p->gpu_memory);
+	ret = SPI_execute_plan(plan, args, NULL, false, 0);
+	if (ret != SPI_OK_UPDATE || SPI_processed != 1)
+		elog(ERROR, "frameq: host capacity release failed for host %d", p->host);
+}
+
+/* close the proc's run record: when, how the render ended, why, and where the frame went */
+static void
+close_run(const ProcRow *p, const ReleaseContext *ctx)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[7];
+	char		nulls[7];
+	int			ret;
+
+	if (plan == NULL)
+	{
+		Oid			types[7] = {INT8OID, INT4OID, INT4OID, INT8OID, TEXTOID, TEXTOID,
+		TEXTOID};
+
+		plan = frameq_prepare("UPDATE frameq.run"
+							  "   SET ended_at = clock_timestamp(), exit_status = $2,"
+							  "       exit_signal = $3, max_rss = $4, reason = $5,"
+							  "       kill_reason = $6, end_state = $7"
+							  " WHERE proc = $1 AND ended_at IS NULL",
+							  7, types);
+	}
+	memset(nulls, ' ', sizeof(nulls));
+	args[0] = Int64GetDatum(p->id);
+	args[1] = Int32GetDatum(ctx->exit_status);
+	args[2] = Int32GetDatum(ctx->exit_signal);
+	if (!ctx->have_exit)
+		nulls[1] = nulls[2] = 'n';
+	args[3] = Int64GetDatum(ctx->max_rss);
+	if (!ctx->have_rss)
+		nulls[3] = 'n';
+	args[4] = CStringGetTextDatum(ctx->reason);
+	args[5] = p->kill_reason;
+	if (p->kill_reason_null)
+		nulls[5] = 'n';
+	args[6] = CStringGetTextDatum(ctx->new_state);
+	ret = SPI_execute_plan(plan, args, nulls, false, 0);
+	if (ret != SPI_OK_UPDATE)
+		elog(ERROR, "frameq: run record close failed: %s", SPI_result_code_string(ret));
+	if (SPI_processed != 1)
+		elog(ERROR, "frameq: proc %lld has no open run record", (long long) p->id);
+}
+
+/*
+ * Move the proc's frame out of running to its new state, counting a retry
+ * if the frame itself failed; a frame back to waiting lowers its layer's
+ * dispatch hint.
+ */
+static void
+release_frame(const ProcRow *p, const ReleaseContext *ctx)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[3];
+	int			ret;
+
+	if (plan == NULL)
+	{
+		Oid			types[3] = {INT8OID, TEXTOID, INT4OID};
+
+		plan = frameq_prepare("UPDATE frameq.frame"
+							  "   SET state = $2, retries = retries + $3,"
+							  "       version = version + 1"
+							  " WHERE id = $1 AND state = 'running'"
+							  " RETURNING number",
+							  3, types);
+	}
+	args[0] = Int64GetDatum(p->frame);
+	args[1] = CStringGetTextDatum(ctx->new_state);
+	args[2] = Int32GetDatum(ctx->count_retry ? 1 : 0);
+	ret = SPI_execute_plan(plan, args, NULL, false, 0);
+	if (ret != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "frameq: frame release failed: %s", SPI_result_code_string(ret));
+	if (SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("frame %lld of proc %lld is not running", (long long) p->frame,
+						(long long) p->id)));
+	if (strcmp(ctx->new_state, "waiting") == 0)
+		frameq_dispatch_waiting(p->layer,
+								frameq_get_int32(SPI_tuptable->vals[0],
+												 SPI_tuptable->tupdesc, 1, NULL));
+}
+
 PG_FUNCTION_INFO_V1(frameq_proc_after_delete);
 
 Datum
 frameq_proc_after_delete(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
-	static SPIPlanPtr host_plan = NULL;
-	static SPIPlanPtr run_plan = NULL;
-	static SPIPlanPtr frame_plan = NULL;
 	ProcRow		p;
 	LedgerItem	items[16];
 	int			nitems;
 	uint32		parked;
 	ReleaseContext ctx;
-	Datum		args[8];
-	char		nulls[8];
-	int			ret;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		elog(ERROR, "frameq_proc_after_delete: not called by trigger manager");
@@ -703,88 +834,11 @@ frameq_proc_after_delete(PG_FUNCTION_ARGS)
 	if (parked != 0)
 		requeue_parked(items, nitems, parked);
 
-	if (host_plan == NULL)
-	{
-		Oid			types[5] = {INT4OID, INT4OID, INT8OID, INT4OID, INT8OID};
-
-		host_plan = frameq_prepare("UPDATE frameq.host"
-								   "   SET idle_cc = idle_cc + $2, idle_memory = idle_memory + $3,"
-								   "       idle_gpus = idle_gpus + $4,"
-								   "       idle_gpu_memory = idle_gpu_memory + $5"
-								   " WHERE id = $1",
-								   5, types);
-	}
-	args[0] = Int32GetDatum(p.host);
-	args[1] = Int32GetDatum(p.cores_cc);
-	args[2] = Int64GetDatum(p.memory);
-	args[3] = Int32GetDatum(p.gpus);
-	args[4] = Int64GetDatum(p.gpu_memory);
-	ret = SPI_execute_plan(host_plan, args, NULL, false, 0);
-	if (ret != SPI_OK_UPDATE || SPI_processed != 1)
-		elog(ERROR, "frameq: host capacity release failed for host %d", p.host);
-
-	if (run_plan == NULL)
-	{
-		Oid			types[7] = {INT8OID, INT4OID, INT4OID, INT8OID, TEXTOID, TEXTOID,
-		TEXTOID};
-
-		run_plan = frameq_prepare("UPDATE frameq.run"
-								  "   SET ended_at = clock_timestamp(), exit_status = $2,"
-								  "       exit_signal = $3, max_rss = $4, reason = $5,"
-								  "       kill_reason = $6, end_state = $7"
-								  " WHERE proc = $1 AND ended_at IS NULL",
-								  7, types);
-	}
-	memset(nulls, ' ', sizeof(nulls));
-	args[0] = Int64GetDatum(p.id);
-	args[1] = Int32GetDatum(ctx.exit_status);
-	args[2] = Int32GetDatum(ctx.exit_signal);
-	if (!ctx.have_exit)
-		nulls[1] = nulls[2] = 'n';
-	args[3] = Int64GetDatum(ctx.max_rss);
-	if (!ctx.have_rss)
-		nulls[3] = 'n';
-	args[4] = CStringGetTextDatum(ctx.reason);
-	args[5] = p.kill_reason;
-	if (p.kill_reason_null)
-		nulls[5] = 'n';
-	args[6] = CStringGetTextDatum(ctx.new_state);
-	ret = SPI_execute_plan(run_plan, args, nulls, false, 0);
-	if (ret != SPI_OK_UPDATE)
-		elog(ERROR, "frameq: run record close failed: %s", SPI_result_code_string(ret));
-	if (SPI_processed != 1)
-		elog(ERROR, "frameq: proc %lld has no open run record", (long long) p.id);
-
-	if (frame_plan == NULL)
-	{
-		Oid			types[3] = {INT8OID, TEXTOID, INT4OID};
-
-		frame_plan = frameq_prepare("UPDATE frameq.frame"
-									"   SET state = $2, retries = retries + $3,"
-									"       version = version + 1"
-									" WHERE id = $1 AND state = 'running'"
-									" RETURNING number",
-									3, types);
-	}
-	args[0] = Int64GetDatum(p.frame);
-	args[1] = CStringGetTextDatum(ctx.new_state);
-	args[2] = Int32GetDatum(ctx.count_retry ? 1 : 0);
-	ret = SPI_execute_plan(frame_plan, args, NULL, false, 0);
-	if (ret != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "frameq: frame release failed: %s", SPI_result_code_string(ret));
-	if (SPI_processed != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_CORRUPTED),
-				 errmsg("frame %lld of proc %lld is not running", (long long) p.frame,
-						(long long) p.id)));
-	if (strcmp(ctx.new_state, "waiting") == 0)
-		frameq_dispatch_waiting(p.layer,
-								frameq_get_int32(SPI_tuptable->vals[0],
-												 SPI_tuptable->tupdesc, 1, NULL));
-
+	give_host_room(&p);
+	close_run(&p, &ctx);
+	release_frame(&p, &ctx);
 	if (state_is_terminal(ctx.new_state))
 		maybe_finish_job(p.job);
-
 	notify_release(&p, ctx.new_state, ctx.reason);
 
 	SPI_finish();
@@ -961,60 +1015,60 @@ frameq_release_proc(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(deleted > 0);
 }
 
-PG_FUNCTION_INFO_V1(frameq_complete);
-
-/*
- * complete(host, token, epoch, proc, exit_status, exit_signal, max_rss)
- *
- * Fenced on the host, its token, the lease epoch the proc was booked under
- * and the proc itself: a report about anything but the live proc changes
- * nothing and answers 'stale'; the same report again answers 'duplicate'.
- */
-Datum
-frameq_complete(PG_FUNCTION_ARGS)
+/* complete()'s report, as its arguments give it */
+typedef struct Report
 {
-	static SPIPlanPtr proc_plan = NULL;
-	static SPIPlanPtr run_plan = NULL;
-	static const char *const argnames[] = {"host", "token", "epoch", "proc", "exit_status"};
 	text	   *name;
 	text	   *token;
 	int64		epoch;
 	int64		proc;
 	int32		exit_status;
 	int32		exit_signal;
-	int32		host_id;
-	Datum		args[3];
-	const char *answer;
-	int			lock_nest;
+	bool		have_rss;
+	int64		max_rss;
+} Report;
 
-	frameq_require_preload();
+/* read and check complete()'s arguments: nulls and negatives are refused */
+static void
+read_report(FunctionCallInfo fcinfo, Report *r)
+{
+	static const char *const argnames[] = {"host", "token", "epoch", "proc", "exit_status"};
+
 	for (int i = 0; i < (int) lengthof(argnames); i++)
 		if (PG_ARGISNULL(i))
 			ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 							errmsg("%s must not be null", argnames[i])));
-	name = PG_GETARG_TEXT_PP(0);
-	token = PG_GETARG_TEXT_PP(1);
-	epoch = PG_GETARG_INT64(2);
-	proc = PG_GETARG_INT64(3);
-	exit_status = PG_GETARG_INT32(4);
-	exit_signal = PG_ARGISNULL(5) ? 0 : PG_GETARG_INT32(5);
-	if (exit_signal < 0)
+	r->name = PG_GETARG_TEXT_PP(0);
+	r->token = PG_GETARG_TEXT_PP(1);
+	r->epoch = PG_GETARG_INT64(2);
+	r->proc = PG_GETARG_INT64(3);
+	r->exit_status = PG_GETARG_INT32(4);
+	r->exit_signal = PG_ARGISNULL(5) ? 0 : PG_GETARG_INT32(5);
+	if (r->exit_signal < 0)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("exit_signal must not be negative")));
-	if (!PG_ARGISNULL(6) && PG_GETARG_INT64(6) < 0)
+	r->have_rss = !PG_ARGISNULL(6);
+	r->max_rss = r->have_rss ? PG_GETARG_INT64(6) : 0;
+	if (r->max_rss < 0)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("max_rss must not be negative")));
+}
 
-	frameq_require_schema();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "frameq: SPI_connect failed");
-	host_id = frameq_host_authenticate(name, token);
-	lock_nest = frameq_bound_lock_waits();
+/*
+ * Lock the reported proc if it is this host's, under this epoch (fencing:
+ * doc/design.md, invariant 3).  On success the row is SPI_tuptable's
+ * first: host, epoch, killing, want_state, the frame's retries, the job's
+ * max_retries and auto_eat.
+ */
+static bool
+lock_reported_proc(const Report *r, int32 host_id)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[3];
 
-	if (proc_plan == NULL)
+	if (plan == NULL)
 	{
-		Oid			types[1] = {INT8OID};
-		Oid			proc_types[3] = {INT8OID, INT4OID, INT8OID};
+		Oid			types[3] = {INT8OID, INT4OID, INT8OID};
 
 		/*
 		 * Scalar subqueries, not joins: each is one primary-key lookup
@@ -1029,97 +1083,147 @@ frameq_complete(PG_FUNCTION_ARGS)
 		 * epoch never change (the guard trigger), so the lock needs no
 		 * re-check of them.
 		 */
-		proc_plan = frameq_prepare("SELECT p.host, p.epoch, p.state = 'killing', p.want_state,"
-								   "       (SELECT f.retries FROM frameq.frame f WHERE f.id = p.frame),"
-								   "       j.max_retries, j.auto_eat"
-								   "  FROM frameq.proc p,"
-								   "       LATERAL (SELECT x.max_retries, x.auto_eat FROM frameq.job x"
-								   "                 WHERE x.id = p.job OFFSET 0) j"
-								   " WHERE p.id = $1 AND p.host = $2 AND p.epoch = $3"
-								   "   FOR NO KEY UPDATE OF p",
-								   3, proc_types);
-		run_plan = frameq_prepare("SELECT host, epoch, ended_at IS NOT NULL,"
-								  "       exit_status, exit_signal"
-								  "  FROM frameq.run WHERE proc = $1",
-								  1, types);
+		plan = frameq_prepare("SELECT p.host, p.epoch, p.state = 'killing', p.want_state,"
+							  "       (SELECT f.retries FROM frameq.frame f WHERE f.id = p.frame),"
+							  "       j.max_retries, j.auto_eat"
+							  "  FROM frameq.proc p,"
+							  "       LATERAL (SELECT x.max_retries, x.auto_eat FROM frameq.job x"
+							  "                 WHERE x.id = p.job OFFSET 0) j"
+							  " WHERE p.id = $1 AND p.host = $2 AND p.epoch = $3"
+							  "   FOR NO KEY UPDATE OF p",
+							  3, types);
 	}
-	args[0] = Int64GetDatum(proc);
+	args[0] = Int64GetDatum(r->proc);
 	args[1] = Int32GetDatum(host_id);
-	args[2] = Int64GetDatum(epoch);
-	if (SPI_execute_plan(proc_plan, args, NULL, false, 1) != SPI_OK_SELECT)
+	args[2] = Int64GetDatum(r->epoch);
+	if (SPI_execute_plan(plan, args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "frameq: proc lookup failed");
-
-	if (SPI_processed == 1 &&
+	return SPI_processed == 1 &&
 		frameq_get_int32(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, NULL) == host_id &&
-		frameq_get_int64(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, NULL) == epoch)
+		frameq_get_int64(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, NULL) == r->epoch;
+}
+
+/*
+ * What the end of a render means for its frame (the locked proc row of
+ * lock_reported_proc): a killed render confirms its kill order and the
+ * frame goes where the kill wanted; exit 0 succeeds; anything else is a
+ * failure of the frame, which uses up a retry and, once there are none
+ * left, leaves it dead (or eaten, if its job says so).
+ */
+static void
+classify_report(const Report *r, HeapTuple tup, TupleDesc desc, ReleaseContext *ctx)
+{
+	memset(ctx, 0, sizeof(*ctx));
+	ctx->proc = r->proc;
+	ctx->have_exit = true;
+	ctx->exit_status = r->exit_status;
+	ctx->exit_signal = r->exit_signal;
+	ctx->have_rss = r->have_rss;
+	ctx->max_rss = r->max_rss;
+	ctx->reason = "completed";
+	if (frameq_get_bool(tup, desc, 3, NULL))
 	{
-		HeapTuple	tup = SPI_tuptable->vals[0];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
+		ctx->reason = "killed";
+		ctx->new_state = checked_state(SPI_getvalue(tup, desc, 4));
+	}
+	else if (r->exit_status == 0 && r->exit_signal == 0)
+		ctx->new_state = "succeeded";
+	else
+	{
+		int32		retries = frameq_get_int32(tup, desc, 5, NULL);
+		int32		max_retries = frameq_get_int32(tup, desc, 6, NULL);
+		bool		auto_eat = frameq_get_bool(tup, desc, 7, NULL);
+
+		ctx->count_retry = true;
+		if (retries + 1 > max_retries)
+			ctx->new_state = auto_eat ? "eaten" : "dead";
+		else
+			ctx->new_state = "waiting";
+	}
+}
+
+/*
+ * A report for no live proc of this host and epoch: "duplicate" if the
+ * proc's run ended under this host and epoch with this very exit, else
+ * "stale".  The run record is read with the latest snapshot: if the same
+ * report arrived twice at once, the lock step waited for the other one to
+ * release the proc, and this statement's snapshot predates that.
+ */
+static const char *
+stale_or_duplicate(const Report *r, int32 host_id)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[1];
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		status_null;
+	bool		signal_null;
+	int32		st;
+	int32		sig;
+
+	if (plan == NULL)
+	{
+		Oid			types[1] = {INT8OID};
+
+		plan = frameq_prepare("SELECT host, epoch, ended_at IS NOT NULL,"
+							  "       exit_status, exit_signal"
+							  "  FROM frameq.run WHERE proc = $1",
+							  1, types);
+	}
+	args[0] = Int64GetDatum(r->proc);
+	if (SPI_execute_snapshot(plan, args, NULL, GetLatestSnapshot(),
+							 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "frameq: run lookup failed");
+	if (SPI_processed != 1)
+		return "stale";
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	st = frameq_get_int32(tup, desc, 4, &status_null);
+	sig = frameq_get_int32(tup, desc, 5, &signal_null);
+	if (frameq_get_int32(tup, desc, 1, NULL) == host_id &&
+		frameq_get_int64(tup, desc, 2, NULL) == r->epoch &&
+		frameq_get_bool(tup, desc, 3, NULL) &&
+		!status_null && !signal_null &&
+		st == r->exit_status && sig == r->exit_signal)
+		return "duplicate";
+	return "stale";
+}
+
+PG_FUNCTION_INFO_V1(frameq_complete);
+
+/*
+ * complete(host, token, epoch, proc, exit_status, exit_signal, max_rss)
+ *
+ * Fenced on the host, its token, the lease epoch the proc was booked under
+ * and the proc itself: a report about anything but the live proc changes
+ * nothing and answers 'stale'; the same report again answers 'duplicate'.
+ */
+Datum
+frameq_complete(PG_FUNCTION_ARGS)
+{
+	Report		r;
+	int32		host_id;
+	const char *answer;
+	int			lock_nest;
+
+	frameq_require_preload();
+	read_report(fcinfo, &r);
+	frameq_require_schema();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "frameq: SPI_connect failed");
+	host_id = frameq_host_authenticate(r.name, r.token);
+	lock_nest = frameq_bound_lock_waits();
+
+	if (lock_reported_proc(&r, host_id))
+	{
 		ReleaseContext ctx;
 
-		memset(&ctx, 0, sizeof(ctx));
-		ctx.proc = proc;
-		ctx.have_exit = true;
-		ctx.exit_status = exit_status;
-		ctx.exit_signal = exit_signal;
-		ctx.have_rss = !PG_ARGISNULL(6);
-		ctx.max_rss = ctx.have_rss ? PG_GETARG_INT64(6) : 0;
-		if (frameq_get_bool(tup, desc, 3, NULL))
-		{
-			/* the process ended: that confirms the kill order */
-			ctx.reason = "killed";
-			ctx.new_state = checked_state(SPI_getvalue(tup, desc, 4));
-		}
-		else if (exit_status == 0 && exit_signal == 0)
-		{
-			ctx.reason = "completed";
-			ctx.new_state = "succeeded";
-		}
-		else
-		{
-			int32		retries = frameq_get_int32(tup, desc, 5, NULL);
-			int32		max_retries = frameq_get_int32(tup, desc, 6, NULL);
-			bool		auto_eat = frameq_get_bool(tup, desc, 7, NULL);
-
-			ctx.reason = "completed";
-			ctx.count_retry = true;
-			if (retries + 1 > max_retries)
-				ctx.new_state = auto_eat ? "eaten" : "dead";
-			else
-				ctx.new_state = "waiting";
-		}
+		classify_report(&r, SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &ctx);
 		frameq_release_with(&ctx);
 		answer = "accepted";
 	}
 	else
-	{
-		answer = "stale";
-
-		/*
-		 * Read the run record with the latest snapshot: if the same report
-		 * arrived twice at once, we waited above for the other one to
-		 * release the proc, and our statement's snapshot predates that.
-		 */
-		if (SPI_execute_snapshot(run_plan, args, NULL, GetLatestSnapshot(),
-								 InvalidSnapshot, true, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "frameq: run lookup failed");
-		if (SPI_processed == 1)
-		{
-			HeapTuple	tup = SPI_tuptable->vals[0];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
-			bool		status_null;
-			bool		signal_null;
-			int32		st = frameq_get_int32(tup, desc, 4, &status_null);
-			int32		sig = frameq_get_int32(tup, desc, 5, &signal_null);
-
-			if (frameq_get_int32(tup, desc, 1, NULL) == host_id &&
-				frameq_get_int64(tup, desc, 2, NULL) == epoch &&
-				frameq_get_bool(tup, desc, 3, NULL) &&
-				!status_null && !signal_null &&
-				st == exit_status && sig == exit_signal)
-				answer = "duplicate";
-		}
-	}
+		answer = stale_or_duplicate(&r, host_id);
 
 	frameq_end_lock_waits(lock_nest);
 	SPI_finish();
