@@ -532,6 +532,27 @@ unlock_rebuild(Oid procrel, Oid queuerel)
 }
 
 /*
+ * What the procs add up to, per capped entity (kind, id, id2, cores in
+ * hundredths, gpus, procs): by definition, what the ledger must hold.  The
+ * rebuild reads it, and check() compares the ledger with it through
+ * frameq._proc_usage().  The one place that says which entities a proc
+ * counts against, in SQL.
+ */
+static const char *const proc_usage_query =
+"SELECT 1, show::int8, allocation::int8, sum(cores_cc)::int4,"
+"       sum(gpus)::int4, count(*)::int4"
+"  FROM frameq.proc GROUP BY show, allocation "
+"UNION ALL "
+"SELECT 2, folder, 0, sum(cores_cc)::int4, sum(gpus)::int4, count(*)::int4"
+"  FROM frameq.proc WHERE folder IS NOT NULL GROUP BY folder "
+"UNION ALL "
+"SELECT 3, job, 0, sum(cores_cc)::int4, sum(gpus)::int4, count(*)::int4"
+"  FROM frameq.proc GROUP BY job "
+"UNION ALL "
+"SELECT 4, l, 0, sum(p.cores_cc)::int4, sum(p.gpus)::int4, count(*)::int4"
+"  FROM frameq.proc p, unnest(p.limits) AS l GROUP BY l";
+
+/*
  * Every capped entity's usage as the proc table has it, read with the
  * latest snapshot, not the transaction's: in REPEATABLE READ the
  * transaction snapshot may predate procs committed before the rebuild got
@@ -546,19 +567,7 @@ read_usage(uint64 *nrows_out)
 	uint64		nrows;
 	int			ret;
 
-	plan = SPI_prepare("SELECT 1, show::int8, allocation::int8, sum(cores_cc)::int4,"
-					   "       sum(gpus)::int4, count(*)::int4"
-					   "  FROM frameq.proc GROUP BY show, allocation "
-					   "UNION ALL "
-					   "SELECT 2, folder, 0, sum(cores_cc)::int4, sum(gpus)::int4, count(*)::int4"
-					   "  FROM frameq.proc WHERE folder IS NOT NULL GROUP BY folder "
-					   "UNION ALL "
-					   "SELECT 3, job, 0, sum(cores_cc)::int4, sum(gpus)::int4, count(*)::int4"
-					   "  FROM frameq.proc GROUP BY job "
-					   "UNION ALL "
-					   "SELECT 4, l, 0, sum(p.cores_cc)::int4, sum(p.gpus)::int4, count(*)::int4"
-					   "  FROM frameq.proc p, unnest(p.limits) AS l GROUP BY l",
-					   0, NULL);
+	plan = SPI_prepare(proc_usage_query, 0, NULL);
 	if (plan == NULL)
 		elog(ERROR, "frameq: could not prepare the ledger rebuild");
 	ret = SPI_execute_snapshot(plan, NULL, NULL, GetLatestSnapshot(),
@@ -1094,4 +1103,37 @@ frameq_ledger_ensure(PG_FUNCTION_ARGS)
 	was_valid = pg_atomic_read_u64(&FrameqLedger->valid_generation) != 0;
 	frameq_ledger_ensure_valid();
 	PG_RETURN_BOOL(!was_valid);
+}
+
+PG_FUNCTION_INFO_V1(frameq_proc_usage);
+
+/* frameq._proc_usage(): proc_usage_query's rows, the kinds by name, for check() */
+Datum
+frameq_proc_usage(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "frameq: SPI_connect failed");
+	if (SPI_execute(proc_usage_query, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "frameq: proc usage query failed");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		int32		kind = frameq_get_int32(tup, desc, 1, NULL);
+		Datum		values[6];
+		bool		nulls[6] = {0};
+
+		values[0] = CStringGetTextDatum(kind_names[kind]);
+		values[1] = Int64GetDatum(frameq_get_int64(tup, desc, 2, NULL));
+		values[2] = Int64GetDatum(frameq_get_int64(tup, desc, 3, NULL));
+		values[3] = Int32GetDatum(frameq_get_int32(tup, desc, 4, NULL));
+		values[4] = Int32GetDatum(frameq_get_int32(tup, desc, 5, NULL));
+		values[5] = Int32GetDatum(frameq_get_int32(tup, desc, 6, NULL));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	SPI_finish();
+	return (Datum) 0;
 }

@@ -1,8 +1,16 @@
+/* what the procs add up to, per capped entity: the ledger by definition (src/ledger.c) */
+CREATE FUNCTION frameq._proc_usage(OUT kind text, OUT id bigint, OUT id2 bigint,
+								   OUT cc int, OUT gpus int, OUT n int)
+	RETURNS SETOF record
+	AS 'MODULE_PATHNAME', 'frameq_proc_usage' LANGUAGE C STABLE STRICT
+	SET search_path = pg_catalog, pg_temp;
+
 /*
  * check(): as in 0.2.0, but a layer whose job or folder is parked over its
  * cap has no dispatch queue row by design (10_parking.sql), and, as
  * reserve() does before it walks, it first queues what a ledger rebuild
- * made it forget was parked.
+ * made it forget was parked; what the procs add up to comes from the
+ * query the ledger rebuild runs.
  */
 CREATE OR REPLACE FUNCTION frameq.check() RETURNS TABLE (invariant text, detail text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -30,19 +38,7 @@ BEGIN
 		OR p.folder IS DISTINCT FROM j.folder;
 
 	RETURN QUERY
-	WITH actual AS (
-		SELECT 'subscription'::text AS kind, show::bigint AS id, allocation::bigint AS id2,
-			   sum(cores_cc)::int AS cc, sum(gpus)::int AS gpus, count(*)::int AS n
-		  FROM frameq.proc GROUP BY show, allocation
-		UNION ALL
-		SELECT 'folder', folder, 0, sum(cores_cc), sum(gpus), count(*)
-		  FROM frameq.proc WHERE folder IS NOT NULL GROUP BY folder
-		UNION ALL
-		SELECT 'job', job, 0, sum(cores_cc), sum(gpus), count(*) FROM frameq.proc GROUP BY job
-		UNION ALL
-		SELECT 'limit', lid, 0, sum(cores_cc), sum(gpus), count(*)
-		  FROM frameq.proc, unnest(limits) lid GROUP BY lid
-	)
+	WITH actual AS (SELECT * FROM frameq._proc_usage())
 	SELECT 'accounting is exact',
 		   format('%s %s/%s: ledger has %s cc, %s gpus, %s procs; procs sum to %s cc, %s gpus, %s procs',
 				  coalesce(a.kind, l.kind), coalesce(a.id, l.id), coalesce(a.id2, l.id2),
