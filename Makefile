@@ -13,12 +13,42 @@ OBJS = \
 	src/util.o \
 	src/worker.o
 
-# Released scripts are kept as they shipped; each upgrade step is built from
-# its topic files in sql/<version>/ (name order), as pg_cron and Citus build
-# theirs.  A fresh install runs 0.1.0 and then every step.
-DATA = sql/$(EXTENSION)--0.1.0.sql
-DATA_built = sql/$(EXTENSION)--0.1.0--0.2.0.sql sql/$(EXTENSION)--0.2.0--0.3.0.sql
+# The SQL, as pg_cron and Citus keep theirs (doc/design.md, "How it is
+# built"):
+# - the install script of the default version, sql/frameq--$(EXTVERSION).sql,
+#   is built from the topic files in sql/src/, in the order below (each file
+#   needs only what the ones before it define).  CREATE EXTENSION runs it
+#   alone.  Each object is defined there once, as it is now.
+# - each upgrade step is built from its pieces in sql/<version>/ (name
+#   order).  ALTER EXTENSION UPDATE runs the steps from an installed version
+#   on; a change to an object goes into its topic file and into a piece of
+#   the next step, and test/scripts/upgrade_from_0.1.0.sh proves the two
+#   give the same catalog.
+# - the released 0.1.0 install script is kept as it shipped (the upgrade
+#   test installs it).
+SQL_SRC = $(addprefix sql/src/, \
+	schema.sql \
+	util.sql \
+	procs.sql \
+	locks.sql \
+	dispatch.sql \
+	admin.sql \
+	submit.sql \
+	agent.sql \
+	operator.sql \
+	worker.sql \
+	views.sql \
+	check.sql \
+	grants.sql)
 
+DATA = sql/$(EXTENSION)--0.1.0.sql
+DATA_built = \
+	sql/$(EXTENSION)--$(EXTVERSION).sql \
+	sql/$(EXTENSION)--0.1.0--0.2.0.sql \
+	sql/$(EXTENSION)--0.2.0--0.3.0.sql
+
+sql/$(EXTENSION)--$(EXTVERSION).sql: $(SQL_SRC)
+	cat $^ > $@
 sql/$(EXTENSION)--0.1.0--0.2.0.sql: $(sort $(wildcard sql/0.2.0/*.sql))
 	cat $^ > $@
 sql/$(EXTENSION)--0.2.0--0.3.0.sql: $(sort $(wildcard sql/0.3.0/*.sql))
@@ -48,8 +78,8 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# `make` builds everything: without this the first rule above (an upgrade
-# step's script) would be the default goal
+# `make` builds everything: without this the first rule above (the install
+# script) would be the default goal
 .DEFAULT_GOAL := all
 
 # after the include: Makefile.global sets the pg_regress database names

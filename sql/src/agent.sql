@@ -1,0 +1,206 @@
+
+/*
+ * ---------------------------------------------------------------------
+ * agent.sql: what a host agent calls (frameq_agent): attach and heartbeat
+ * (its lease), reserve and complete (bookings, in C: src/booking.c and
+ * src/release.c), and owns(), which a render calls to fence its output.
+ * Each checks the host's token and holds the host lock (locks.sql).
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * A host agent starts: a new lease epoch.  Whatever the host ran before
+ * is released if the machine rebooted (boot_id changed), else ordered
+ * killed.  Returns the kill orders, the lease ttl and the channel on
+ * which the worker announces this host's kill orders.  attach and
+ * heartbeat carry SET lock_timeout so that _bound_lock_waits() (locks.sql)
+ * bounds their waits for the rest of the call only.
+ */
+CREATE FUNCTION frameq.attach(host text, token text, boot_id text,
+							  OUT epoch bigint, OUT lease_ttl interval, OUT kill bigint[],
+							  OUT host_id int, OUT channel text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = 0 AS $$
+#variable_conflict use_column
+DECLARE
+	h frameq.host := frameq._host_lock(host, token);
+BEGIN
+	/* a reboot's releases and the kill orders wait at most frameq.lock_wait for others' locks */
+	PERFORM frameq._bound_lock_waits();
+	PERFORM frameq._not_null(boot_id, 'boot_id');
+	PERFORM frameq._bounded(boot_id, 'boot_id', 200);
+	IF boot_id = '' THEN
+		RAISE EXCEPTION 'boot_id must not be empty' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF h.boot_id IS DISTINCT FROM boot_id AND h.boot_id IS NOT NULL THEN
+		/* the machine rebooted: nothing of its earlier life can still run */
+		PERFORM frameq._release_procs(ARRAY(SELECT x.id FROM frameq.proc x WHERE x.host = h.id),
+									  'host_rebooted');
+	ELSE
+		/* same boot: the earlier agent's renders may live on; order them killed */
+		UPDATE frameq.proc x SET state = 'killing', kill_reason = 'agent re-attached',
+			   kill_at = clock_timestamp(), want_state = 'waiting'
+		 WHERE x.host = h.id AND x.state = 'running';
+	END IF;
+	lease_ttl := frameq._lease_ttl();
+	UPDATE frameq.host x SET epoch = h.epoch + 1, boot_id = attach.boot_id,
+		   lease_expires_at = clock_timestamp() + attach.lease_ttl,
+		   last_renewal_at = clock_timestamp(),
+		   /* a host down only because it lost its lease is back */
+		   state = CASE WHEN x.down_reason = 'lease_lost' THEN 'up' ELSE x.state END,
+		   down_reason = CASE WHEN x.down_reason = 'lease_lost' THEN NULL ELSE x.down_reason END
+	 WHERE x.id = h.id;
+	epoch := h.epoch + 1;
+	kill := ARRAY(SELECT x.id FROM frameq.proc x WHERE x.host = h.id ORDER BY x.id);
+	/* where the worker announces this host's kill orders: LISTEN on it */
+	host_id := h.id;
+	channel := 'frameq_host_' || h.id;
+END
+$$;
+
+/*
+ * The agent renews its lease and lists what it runs: kill orders it no
+ * longer lists are confirmed dead, bookings it has seen and no longer
+ * runs were lost, and whatever it lists that is not a live proc of this
+ * host and epoch is a zombie to kill.  Returns the kill orders.
+ */
+CREATE FUNCTION frameq.heartbeat(host text, token text, epoch bigint, running bigint[],
+								 OUT lease_ttl interval, OUT kill bigint[])
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = 0 AS $$
+#variable_conflict use_column
+DECLARE
+	h frameq.host := frameq._host_lock(host, token);
+	zombies bigint[];
+BEGIN
+	PERFORM frameq._not_null(epoch, 'epoch');
+	IF running IS NULL THEN
+		running := '{}';
+	END IF;
+	IF cardinality(running) > 100000 THEN
+		PERFORM frameq._too_big('running', pg_catalog.format('%s procs, at most 100000', cardinality(running)));
+	END IF;
+	IF array_position(running, NULL) IS NOT NULL THEN
+		RAISE EXCEPTION 'running must not contain null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF epoch <> h.epoch THEN
+		RAISE EXCEPTION 'lease epoch % of host "%" is not current', epoch, host
+			USING ERRCODE = 'FQ001', DETAIL = format('The host''s current epoch is %s.', h.epoch),
+				  HINT = 'The agent must stop its renders and call frameq.attach() again.';
+	END IF;
+	/*
+	 * An expired lease is never revived.  In the quarantine after a start
+	 * every lease is being re-armed, so only one the worker has ended
+	 * (NULL) counts as expired then.
+	 */
+	IF h.lease_expires_at IS NULL
+	   OR (h.lease_expires_at <= clock_timestamp() AND NOT frameq._in_quarantine()) THEN
+		RAISE EXCEPTION 'lease of host "%" has expired', host
+			USING ERRCODE = 'FQ002',
+				  HINT = 'The agent must stop its renders and call frameq.attach() again.';
+	END IF;
+
+	/*
+	 * Confirm kills and losses.  A row lock held outside frameq_admin (a
+	 * submitter's open kill_frame, a render's fence) must not hold up the
+	 * renewal below: the releases wait at most frameq.lock_wait for a lock
+	 * (frameq's own holders, such as the worker sending kill orders, are
+	 * done long before), then are given up together; the next heartbeat
+	 * confirms what this one could not.
+	 */
+	IF EXISTS (SELECT 1 FROM frameq.proc x
+				WHERE x.host = h.id AND x.id <> ALL (heartbeat.running)
+				  AND (x.state = 'killing'
+					   OR (x.epoch = h.epoch AND x.booked_at < h.last_renewal_at))) THEN
+		BEGIN
+			PERFORM frameq._bound_lock_waits();
+			/*
+			 * Kill orders the host no longer lists are confirmed dead;
+			 * bookings it has demonstrably seen and no longer runs were
+			 * lost.  One call, so that all are locked before any is released.
+			 */
+			PERFORM frameq._release_procs(
+				ARRAY(SELECT x.id FROM frameq.proc x
+					   WHERE x.host = h.id AND x.id <> ALL (heartbeat.running)
+						 AND (x.state = 'killing'
+							  OR (x.epoch = h.epoch AND x.booked_at < h.last_renewal_at))),
+				NULL);
+		EXCEPTION WHEN lock_not_available THEN
+			RAISE LOG 'frameq: heartbeat of host "%" left its releases to the next heartbeat: a row it needs is locked by another session', h.name;
+		END;
+	END IF;
+	/* anything listed that is not live here and now is a zombie: kill it */
+	zombies := ARRAY(SELECT r FROM unnest(heartbeat.running) r
+					  WHERE NOT EXISTS (SELECT 1 FROM frameq.proc x
+										 WHERE x.id = r AND x.host = h.id
+										   AND x.epoch = h.epoch));
+	lease_ttl := frameq._lease_ttl();
+	UPDATE frameq.host x SET lease_expires_at = clock_timestamp() + heartbeat.lease_ttl,
+		   last_renewal_at = clock_timestamp()
+	 WHERE x.id = h.id;
+	kill := ARRAY(SELECT x.id FROM frameq.proc x WHERE x.host = h.id AND x.state = 'killing'
+				  UNION SELECT unnest(zombies) ORDER BY 1);
+END
+$$;
+
+/* book up to max_frames waiting frames onto the host (src/booking.c) */
+CREATE FUNCTION frameq.reserve(host text, token text, epoch bigint,
+							   max_frames int DEFAULT NULL)
+	RETURNS SETOF frameq.booking
+	AS 'MODULE_PATHNAME', 'frameq_reserve' LANGUAGE C VOLATILE
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+/* a render ended: release its proc and settle its frame (src/release.c) */
+CREATE FUNCTION frameq.complete(host text, token text, epoch bigint, proc bigint,
+								exit_status int, exit_signal int DEFAULT 0,
+								max_rss bigint DEFAULT NULL)
+	RETURNS text
+	AS 'MODULE_PATHNAME', 'frameq_complete' LANGUAGE C VOLATILE
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+/*
+ * ---------------------------------------------------------------------
+ * Run secrets.  Each proc's render gets a secret (FRAMEQ_RUN_SECRET in its
+ * environment, run_secret in the booking) that proves to owns() that the
+ * caller is that render.  It is derived, not stored: the first 32 hex
+ * digits of sha256(key || int8send(proc)), with key 32 random bytes that
+ * only the extension's owner can read (frameq.run_secret_key).
+ * src/booking.c computes the same.
+ * ---------------------------------------------------------------------
+ */
+
+/* two host-token draws (32 strong random bytes each), hashed down to 32 bytes */
+INSERT INTO frameq.run_secret_key (key)
+	SELECT pg_catalog.sha256(pg_catalog.decode(frameq._random_token() OPERATOR(pg_catalog.||)
+											   frameq._random_token(), 'hex'));
+
+CREATE FUNCTION frameq._run_secret(proc bigint) RETURNS text
+LANGUAGE sql STABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
+	SELECT pg_catalog.left(pg_catalog.encode(pg_catalog.sha256(
+			   k.key OPERATOR(pg_catalog.||) pg_catalog.int8send(_run_secret.proc)), 'hex'), 32)
+	  FROM frameq.run_secret_key k
+$$;
+
+/*
+ * True iff the proc is live and not being killed.  A render calls it in the
+ * transaction that publishes its output.  It is a fence, not a look: the
+ * KEY SHARE lock it takes on the proc row makes any release (a DELETE of
+ * the row) wait until the publishing transaction has ended, so the frame
+ * cannot be booked elsewhere between the check and the publish.  A kill
+ * order (an UPDATE that leaves the key alone) does not wait for it.
+ */
+CREATE FUNCTION frameq.owns(proc bigint, secret text DEFAULT NULL) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	IF pg_catalog.length(secret) > 64 THEN
+		RAISE EXCEPTION 'secret is too large: % characters, at most 64', pg_catalog.length(secret)
+			USING ERRCODE = 'program_limit_exceeded';
+	END IF;
+	IF proc IS NULL OR secret IS NULL
+	   OR secret OPERATOR(pg_catalog.<>) frameq._run_secret(proc) THEN
+		RETURN false;
+	END IF;
+	RETURN EXISTS (SELECT 1 FROM frameq.proc p
+					WHERE p.id OPERATOR(pg_catalog.=) owns.proc
+					  AND p.state OPERATOR(pg_catalog.=) 'running'
+					  FOR KEY SHARE);
+END
+$$;

@@ -1,0 +1,186 @@
+
+/*
+ * ---------------------------------------------------------------------
+ * check.sql: check(), which proves the invariants (doc/design.md) on the
+ * data as it is, for tests, operators and monitoring (frameq_reader).
+ * ---------------------------------------------------------------------
+ */
+
+/* what the procs add up to, per capped entity: the ledger by definition (src/ledger.c) */
+CREATE FUNCTION frameq._proc_usage(OUT kind text, OUT id bigint, OUT id2 bigint,
+								   OUT cc int, OUT gpus int, OUT n int)
+	RETURNS SETOF record
+	AS 'MODULE_PATHNAME', 'frameq_proc_usage' LANGUAGE C STABLE STRICT
+	SET search_path = pg_catalog, pg_temp;
+
+/*
+ * check(): one row per broken invariant; no rows when all hold.  It makes
+ * sure the ledger is valid and, as reserve() does before it walks, first
+ * queues what a ledger rebuild made it forget was parked; then it compares
+ * the ledger with what the procs add up to (the query the ledger rebuild
+ * runs), and every proc with its frame, host and run record.  "No waiting
+ * frame is passed over" is checked as far as the database can show it:
+ * every layer of an active job that has a waiting frame has a dispatch
+ * queue row for each tag it asks for, unless its job or folder is parked
+ * over its cap (dispatch.sql).
+ */
+CREATE FUNCTION frameq.check() RETURNS TABLE (invariant text, detail text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	PERFORM frameq._ledger_ensure();
+	PERFORM frameq._requeue_after_rebuild();
+
+	RETURN QUERY
+	SELECT 'one run at a time', format('frame %s is running but has no proc', f.id)
+	  FROM frameq.frame f
+	 WHERE f.state = 'running' AND NOT EXISTS (SELECT 1 FROM frameq.proc p WHERE p.frame = f.id);
+
+	RETURN QUERY
+	SELECT 'one run at a time', format('proc %s holds frame %s, which is %s', p.id, f.id, f.state)
+	  FROM frameq.proc p JOIN frameq.frame f ON f.id = p.frame
+	 WHERE f.state <> 'running';
+
+	RETURN QUERY
+	SELECT 'accounting is exact', format('proc %s does not carry its frame''s job, layer, show, folder or allocation', p.id)
+	  FROM frameq.proc p
+	  JOIN frameq.frame f ON f.id = p.frame
+	  JOIN frameq.job j ON j.id = f.job
+	  JOIN frameq.host h ON h.id = p.host
+	 WHERE (p.job, p.layer, p.show, p.allocation) IS DISTINCT FROM (f.job, f.layer, j.show, h.allocation)
+		OR p.folder IS DISTINCT FROM j.folder;
+
+	RETURN QUERY
+	WITH actual AS (SELECT * FROM frameq._proc_usage())
+	SELECT 'accounting is exact',
+		   format('%s %s/%s: ledger has %s cc, %s gpus, %s procs; procs sum to %s cc, %s gpus, %s procs',
+				  coalesce(a.kind, l.kind), coalesce(a.id, l.id), coalesce(a.id2, l.id2),
+				  coalesce(l.used_cc, 0), coalesce(l.used_gpus, 0), coalesce(l.running, 0),
+				  coalesce(a.cc, 0), coalesce(a.gpus, 0), coalesce(a.n, 0))
+	  FROM actual a
+	  FULL JOIN (
+		/* the ledger as it will be when this transaction's releases apply */
+		SELECT x.kind, x.id, x.id2, sum(x.used_cc)::int AS used_cc,
+			   sum(x.used_gpus)::int AS used_gpus, sum(x.running)::int AS running
+		  FROM (SELECT * FROM frameq.ledger() UNION ALL SELECT * FROM frameq._ledger_pending()) x
+		 GROUP BY x.kind, x.id, x.id2
+		HAVING sum(x.used_cc) <> 0 OR sum(x.used_gpus) <> 0 OR sum(x.running) <> 0
+	  ) l ON l.kind = a.kind AND l.id = a.id AND l.id2 = a.id2
+	 WHERE coalesce(a.cc, 0) <> coalesce(l.used_cc, 0)
+		OR coalesce(a.gpus, 0) <> coalesce(l.used_gpus, 0)
+		OR coalesce(a.n, 0) <> coalesce(l.running, 0);
+
+	RETURN QUERY
+	SELECT 'accounting is exact',
+		   format('host %s: idle %s cc, %s memory, %s gpus, %s gpu memory; procs leave %s, %s, %s, %s',
+				  h.name, h.idle_cc, h.idle_memory, h.idle_gpus, h.idle_gpu_memory,
+				  h.cores_cc - coalesce(s.cc, 0), h.memory - coalesce(s.mem, 0),
+				  h.gpus - coalesce(s.gpus, 0), h.gpu_memory - coalesce(s.gmem, 0))
+	  FROM frameq.host h
+	  LEFT JOIN (SELECT host, sum(cores_cc) AS cc, sum(memory) AS mem, sum(gpus) AS gpus,
+						sum(gpu_memory) AS gmem
+				   FROM frameq.proc GROUP BY host) s ON s.host = h.id
+	 WHERE h.idle_cc <> h.cores_cc - coalesce(s.cc, 0)
+		OR h.idle_memory <> h.memory - coalesce(s.mem, 0)
+		OR h.idle_gpus <> h.gpus - coalesce(s.gpus, 0)
+		OR h.idle_gpu_memory <> h.gpu_memory - coalesce(s.gmem, 0);
+
+	/*
+	 * A cap is exceeded only if some proc was booked after the cap was last
+	 * set: lowering a cap never kills running work.
+	 */
+	RETURN QUERY
+	SELECT 'hard caps', format('show %s in allocation %s uses %s cc, burst is %s',
+							   s.show, s.allocation, u.cc, s.burst_cc)
+	  FROM frameq.subscription s
+	  JOIN (SELECT show, allocation, sum(cores_cc) AS cc, max(booked_at) AS last
+			  FROM frameq.proc GROUP BY show, allocation) u
+		ON u.show = s.show AND u.allocation = s.allocation
+	 WHERE u.cc > s.burst_cc AND u.last > s.changed_at;
+
+	RETURN QUERY
+	SELECT 'hard caps', format('folder %s uses %s cc and %s gpus, caps are %s and %s',
+							   f.id, u.cc, u.gpus, f.max_cc, f.max_gpus)
+	  FROM frameq.folder f
+	  JOIN (SELECT folder, sum(cores_cc) AS cc, sum(gpus) AS gpus, max(booked_at) AS last
+			  FROM frameq.proc GROUP BY folder) u ON u.folder = f.id
+	 WHERE (u.cc > f.max_cc OR u.gpus > f.max_gpus) AND u.last > f.changed_at;
+
+	RETURN QUERY
+	SELECT 'hard caps', format('job %s uses %s cc and %s gpus, caps are %s and %s',
+							   j.id, u.cc, u.gpus, j.max_cc, j.max_gpus)
+	  FROM frameq.job j
+	  JOIN (SELECT job, sum(cores_cc) AS cc, sum(gpus) AS gpus, max(booked_at) AS last
+			  FROM frameq.proc GROUP BY job) u ON u.job = j.id
+	 WHERE (u.cc > j.max_cc OR u.gpus > j.max_gpus) AND u.last > j.caps_changed_at;
+
+	RETURN QUERY
+	SELECT 'hard caps', format('limit %s has %s running, max_running is %s',
+							   lm.name, u.n, lm.max_running)
+	  FROM frameq.limits lm
+	  JOIN (SELECT lid, count(*) AS n, max(booked_at) AS last
+			  FROM frameq.proc, unnest(limits) lid GROUP BY lid) u ON u.lid = lm.id
+	 WHERE u.n > lm.max_running AND u.last > lm.changed_at;
+
+	RETURN QUERY
+	SELECT 'every attempt is visible', format('proc %s has no open run record', p.id)
+	  FROM frameq.proc p
+	 WHERE NOT EXISTS (SELECT 1 FROM frameq.run r WHERE r.proc = p.id AND r.ended_at IS NULL);
+
+	RETURN QUERY
+	SELECT 'every attempt is visible', format('run %s is open but its proc is gone', r.proc)
+	  FROM frameq.run r
+	 WHERE r.ended_at IS NULL AND NOT EXISTS (SELECT 1 FROM frameq.proc p WHERE p.id = r.proc);
+
+	RETURN QUERY
+	SELECT 'fencing', format('proc %s is running under epoch %s of host %s, whose epoch is %s',
+							 p.id, p.epoch, h.name, h.epoch)
+	  FROM frameq.proc p JOIN frameq.host h ON h.id = p.host
+	 WHERE p.state = 'running' AND p.epoch <> h.epoch;
+
+	RETURN QUERY
+	SELECT 'dispatch order', format('frame %s of layer %s is waiting below the layer''s dispatch hint %s',
+									f.id, f.layer, d.low)
+	  FROM frameq._dispatch_hints() d
+	  JOIN frameq.frame f ON f.layer = d.layer AND f.state = 'waiting' AND f.number < d.low;
+
+	/*
+	 * A row per tag, of the job's show and resources, at any priority
+	 * (0.2.0's 40_dispatch.sql), unless the job or its folder is parked
+	 * over its cap.
+	 */
+	RETURN QUERY
+	SELECT 'no waiting frame is passed over',
+		   format('layer %s of active job %s has waiting frames but no dispatch queue row for tag "%s"',
+				  l.id, j.id, t.tag)
+	  FROM frameq.layer l
+	  JOIN frameq.job j ON j.id = l.job
+	  LEFT JOIN frameq.folder fo ON fo.id = j.folder
+	 CROSS JOIN LATERAL unnest(CASE WHEN cardinality(l.tags) = 0 THEN ARRAY['']::text[]
+									ELSE l.tags END) t(tag)
+	 WHERE j.state = 'active'
+	   AND NOT frameq._parked_over_cap(j.id, coalesce(j.max_cc, -1), coalesce(j.max_gpus, -1),
+									   j.folder, coalesce(fo.max_cc, -1), coalesce(fo.max_gpus, -1),
+									   l.min_cc, l.gpus)
+	   AND EXISTS (SELECT 1 FROM frameq.frame f WHERE f.layer = l.id AND f.state = 'waiting')
+	   AND NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
+						WHERE q.layer = l.id AND q.job = j.id AND q.show = j.show AND q.tag = t.tag
+						  AND q.gpu = (l.gpus > 0) AND q.dispatch_order = l.dispatch_order
+						  AND (q.min_cc, q.memory, q.gpus, q.gpu_memory)
+							  = (l.min_cc, l.memory, l.gpus, l.gpu_memory));
+
+	/* a job whose finish the worker has yet to decide (see job_finish_check) is not wrong */
+	RETURN QUERY
+	SELECT 'job state', format('job %s is %s but none of its frames is live', j.id, j.state)
+	  FROM frameq.job j
+	 WHERE j.state IN ('active', 'paused')
+	   AND NOT EXISTS (SELECT 1 FROM frameq.job_finish_check c WHERE c.job = j.id)
+	   AND EXISTS (SELECT 1 FROM frameq.frame f WHERE f.job = j.id)
+	   AND NOT EXISTS (SELECT 1 FROM frameq.frame f
+					   WHERE f.job = j.id AND f.state IN ('waiting', 'depend', 'running'));
+
+	RETURN QUERY
+	SELECT 'job state', format('job %s is finished but frame %s is %s', j.id, f.id, f.state)
+	  FROM frameq.job j JOIN frameq.frame f ON f.job = j.id
+	 WHERE j.state = 'finished' AND f.state IN ('waiting', 'depend', 'running');
+END
+$$;

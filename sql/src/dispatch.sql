@@ -1,0 +1,304 @@
+
+/*
+ * ---------------------------------------------------------------------
+ * dispatch.sql: the dispatch queue, parking, and the dispatch hints.
+ *
+ * No waiting frame is passed over.  reserve() reads candidate layers, in
+ * policy order, from an index of the layers that may have waiting frames,
+ * instead of walking a show's jobs one SQL probe at a time (which had to
+ * give up after some number of jobs, so an idle host could be told
+ * "nothing to do" while work it could run waited behind jobs whose frames
+ * were all running).  frameq.dispatch_queue (schema.sql) holds a row for
+ * such a layer per tag it asks for ('' for an untagged layer), keyed so
+ * that one index range is one (show, tag, needs-gpus) stream in policy
+ * order; a host merges the streams of its own tags (and of no tag, and of
+ * GPU layers only if it has GPUs), so layers it cannot run by tags or GPUs
+ * are never read, and the resource minimums are index conditions.
+ *
+ * The rows are a superset: a row may name a layer that has no waiting
+ * frame left, or carry a job priority that has since changed.  reserve()
+ * deletes such rows when it meets them.  What must never happen is a
+ * waiting frame of an active job whose layer has no row (unless the job
+ * or its folder is parked, below); check() says so if it does.  How that
+ * holds without any waiting:
+ *
+ * - rows are only inserted, by whoever makes a frame waiting (the triggers
+ *	 below: submit, a release to waiting, retry_frame, anything to come),
+ *	 and by set_job when a job is resumed or its priority changes (all of
+ *	 the job's layers: it need not see a release in flight);
+ * - reserve() deletes a row only in one statement whose snapshot sees no
+ *	 waiting frame of the layer (or the job not active at the row's
+ *	 priority), and only rows it could lock without waiting (SKIP LOCKED).
+ *	 A frame made waiting after that snapshot came with its own row, which
+ *	 the snapshot does not see and so cannot delete; one made waiting
+ *	 before it is seen, and nothing is deleted.
+ * No row is ever updated, and no insert can conflict with anything (there
+ * is no unique key): nobody ever waits on this table.  A row is per layer,
+ * written when a layer's frames become waiting and deleted once when it
+ * runs dry: no booking writes a row that another booking must also write.
+ *
+ * Parking: a job at its job or folder cap leaves the queue.  Otherwise
+ * every reserve() would read each row of a capped job (an index row and a
+ * ledger read) for as long as the job stayed capped: 10,000 capped jobs
+ * ahead of waiting work would cost every call about 23 ms.  The first call
+ * that finds a row over its cap marks the cap's ledger entry parked and
+ * deletes the row; the release that lowers the entry queues the job's
+ * layers (or the folder's jobs' layers) again in its own transaction.
+ * src/ledger.c ("Parking") gives the protocol and why no bookable layer is
+ * ever left without a row; the functions here are its SQL half.
+ * ---------------------------------------------------------------------
+ */
+
+/* queue these layers at their job's current priority, one row per tag */
+CREATE FUNCTION frameq._queue_layers(layers bigint[]) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	INSERT INTO frameq.dispatch_queue
+		(show, tag, gpu, priority, job, dispatch_order, layer, min_cc, memory, gpus, gpu_memory)
+	SELECT j.show, t.tag, l.gpus OPERATOR(pg_catalog.>) 0, j.priority, j.id, l.dispatch_order,
+		   l.id, l.min_cc, l.memory, l.gpus, l.gpu_memory
+	  FROM frameq.layer l
+	  JOIN frameq.job j ON j.id OPERATOR(pg_catalog.=) l.job
+	 CROSS JOIN LATERAL (SELECT DISTINCT x AS tag
+						   FROM pg_catalog.unnest(CASE WHEN pg_catalog.cardinality(l.tags) OPERATOR(pg_catalog.=) 0
+													   THEN ARRAY['']::text[] ELSE l.tags END) x) t
+	 WHERE l.id OPERATOR(pg_catalog.=) ANY (layers)
+	   /* once per transaction is enough: rows of our own cannot be deleted under us */
+	   AND NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
+						WHERE q.layer OPERATOR(pg_catalog.=) l.id
+						  AND q.priority OPERATOR(pg_catalog.=) j.priority
+						  AND q.tag OPERATOR(pg_catalog.=) t.tag
+						  AND q.xmin OPERATOR(pg_catalog.=) (pg_catalog.pg_current_xact_id())::xid)
+$$;
+
+/* frames inserted waiting (submit): queue their layers, once per statement */
+CREATE FUNCTION frameq._frame_queue_inserted() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	PERFORM frameq._queue_layers(ARRAY(SELECT DISTINCT n.layer FROM new_frames n
+										WHERE n.state OPERATOR(pg_catalog.=) 'waiting'));
+	RETURN NULL;
+END
+$$;
+CREATE TRIGGER frame_queue_inserted AFTER INSERT ON frameq.frame
+	REFERENCING NEW TABLE AS new_frames
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._frame_queue_inserted();
+
+/*
+ * A frame made waiting again (release, retry_frame, a dependency met):
+ * queue its layer.  A row trigger with a WHEN clause costs a booking's
+ * claim nothing; a statement trigger with transition tables would copy
+ * every claimed row.
+ */
+CREATE FUNCTION frameq._frame_queue_waiting() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	PERFORM frameq._queue_layers(ARRAY[NEW.layer]);
+	RETURN NULL;
+END
+$$;
+CREATE TRIGGER frame_queue_waiting AFTER UPDATE OF state ON frameq.frame
+	FOR EACH ROW WHEN (NEW.state = 'waiting' AND OLD.state IS DISTINCT FROM 'waiting')
+	EXECUTE FUNCTION frameq._frame_queue_waiting();
+
+/*
+ * A job resumed or given a new priority: queue every layer of it at the
+ * new priority (not only those with waiting frames: a release in flight
+ * that this snapshot cannot see may have queued its layer at the old
+ * priority).  Rows of layers with nothing waiting go at their first read.
+ */
+CREATE FUNCTION frameq._job_queue() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	PERFORM frameq._queue_layers(ARRAY(SELECT l.id FROM frameq.layer l
+										WHERE l.job OPERATOR(pg_catalog.=) NEW.id));
+	RETURN NULL;
+END
+$$;
+CREATE TRIGGER job_queue AFTER UPDATE OF state, priority ON frameq.job
+	FOR EACH ROW WHEN (NEW.state = 'active' AND
+					   (OLD.state IS DISTINCT FROM 'active' OR OLD.priority IS DISTINCT FROM NEW.priority))
+	EXECUTE FUNCTION frameq._job_queue();
+
+/*
+ * reserve()'s tidying, at most once per call: rows it met that are stale
+ * (the job is not active, or has another priority now: then its layers are
+ * queued at the new one first), layers it found with no frame to take, and
+ * rows it found over a parked cap.  Each delete is one statement, so its
+ * test and what it deletes share one snapshot (see the top of this file),
+ * and takes only rows it can lock without waiting.
+ */
+CREATE FUNCTION frameq._dispatch_tidy(stale tid[], emptied bigint[], parked tid[]) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	IF pg_catalog.cardinality(stale) OPERATOR(pg_catalog.>) 0 THEN
+		PERFORM frameq._queue_layers(ARRAY(
+			SELECT DISTINCT q.layer FROM frameq.dispatch_queue q
+			  JOIN frameq.job j ON j.id OPERATOR(pg_catalog.=) q.job
+			 WHERE q.ctid OPERATOR(pg_catalog.=) ANY (stale) AND j.state OPERATOR(pg_catalog.=) 'active'
+			   AND j.priority OPERATOR(pg_catalog.<>) q.priority));
+		DELETE FROM frameq.dispatch_queue q
+		 WHERE q.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+				SELECT x.ctid FROM frameq.dispatch_queue x
+				 WHERE x.ctid OPERATOR(pg_catalog.=) ANY (stale) FOR UPDATE SKIP LOCKED))
+		   AND NOT EXISTS (SELECT 1 FROM frameq.job j
+							WHERE j.id OPERATOR(pg_catalog.=) q.job AND j.state OPERATOR(pg_catalog.=) 'active'
+							  AND j.priority OPERATOR(pg_catalog.=) q.priority);
+	END IF;
+	IF pg_catalog.cardinality(emptied) OPERATOR(pg_catalog.>) 0 THEN
+		DELETE FROM frameq.dispatch_queue q
+		 WHERE q.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+				SELECT x.ctid FROM frameq.dispatch_queue x
+				 WHERE x.layer OPERATOR(pg_catalog.=) ANY (emptied) FOR UPDATE SKIP LOCKED))
+		   AND NOT EXISTS (SELECT 1 FROM frameq.frame f
+							WHERE f.layer OPERATOR(pg_catalog.=) q.layer
+							  AND f.state OPERATOR(pg_catalog.=) 'waiting');
+	END IF;
+	IF pg_catalog.cardinality(parked) OPERATOR(pg_catalog.>) 0 THEN
+		DELETE FROM frameq.dispatch_queue q
+		 WHERE q.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
+				SELECT x.ctid FROM frameq.dispatch_queue x
+				 WHERE x.ctid OPERATOR(pg_catalog.=) ANY (parked) FOR UPDATE SKIP LOCKED))
+		   AND EXISTS (SELECT 1 FROM frameq.job j
+						 LEFT JOIN frameq.folder f ON f.id OPERATOR(pg_catalog.=) j.folder
+						WHERE j.id OPERATOR(pg_catalog.=) q.job
+						  AND frameq._parked_over_cap(j.id, coalesce(j.max_cc, -1),
+													  coalesce(j.max_gpus, -1), j.folder,
+													  coalesce(f.max_cc, -1), coalesce(f.max_gpus, -1),
+													  q.min_cc, q.gpus));
+	END IF;
+END
+$$;
+
+/*
+ * ---------------------------------------------------------------------
+ * Parking (see the top of this file)
+ * ---------------------------------------------------------------------
+ */
+
+/* queue again the layers of these jobs that have waiting frames, if the job is active */
+CREATE FUNCTION frameq._queue_waiting_of(jobs bigint[]) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	SELECT frameq._queue_layers(ARRAY(
+		SELECT l.id FROM frameq.layer l
+		  JOIN frameq.job j ON j.id OPERATOR(pg_catalog.=) l.job
+		 WHERE l.job OPERATOR(pg_catalog.=) ANY (jobs)
+		   AND j.state OPERATOR(pg_catalog.=) 'active'
+		   AND EXISTS (SELECT 1 FROM frameq.frame f
+						WHERE f.layer OPERATOR(pg_catalog.=) l.id
+						  AND f.state OPERATOR(pg_catalog.=) 'waiting')))
+$$;
+
+/* a release of a parked job (src/release.c) */
+CREATE FUNCTION frameq._queue_job_waiting(job bigint) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	SELECT frameq._queue_waiting_of(ARRAY[job])
+$$;
+
+/* a release of a parked folder: every active job in it */
+CREATE FUNCTION frameq._queue_folder_waiting(folder int) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	SELECT frameq._queue_waiting_of(ARRAY(
+		SELECT j.id FROM frameq.job j
+		 WHERE j.folder OPERATOR(pg_catalog.=) $1 AND j.state OPERATOR(pg_catalog.=) 'active'))
+$$;
+
+/*
+ * After a ledger rebuild, which forgets what was parked: every waiting
+ * layer of an active job that has no row for one of its tags at the job's
+ * priority.  Testing for a row is safe here, unlike on a release: the
+ * rebuild waited for every transaction that had written the queue, so no
+ * park's delete is in flight, and none starts until this has committed.
+ */
+CREATE FUNCTION frameq._queue_waiting_layers() RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	SELECT frameq._queue_layers(ARRAY(
+		SELECT l.id FROM frameq.layer l
+		  JOIN frameq.job j ON j.id OPERATOR(pg_catalog.=) l.job
+		 CROSS JOIN LATERAL pg_catalog.unnest(
+				CASE WHEN pg_catalog.cardinality(l.tags) OPERATOR(pg_catalog.=) 0
+					 THEN ARRAY['']::text[] ELSE l.tags END) t(tag)
+		 WHERE j.state OPERATOR(pg_catalog.=) 'active'
+		   AND EXISTS (SELECT 1 FROM frameq.frame f
+						WHERE f.layer OPERATOR(pg_catalog.=) l.id
+						  AND f.state OPERATOR(pg_catalog.=) 'waiting')
+		   AND NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
+							WHERE q.layer OPERATOR(pg_catalog.=) l.id
+							  AND q.tag OPERATOR(pg_catalog.=) t.tag
+							  AND q.priority OPERATOR(pg_catalog.=) j.priority)))
+$$;
+
+/*
+ * A cap raised or cleared, or a job moved to another folder: its parked
+ * layers may fit now.  (Resuming a job or changing its priority queues
+ * every layer already: job_queue.)
+ */
+CREATE FUNCTION frameq._job_caps_queue() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	PERFORM frameq._queue_job_waiting(NEW.id);
+	RETURN NULL;
+END
+$$;
+CREATE TRIGGER job_caps_queue AFTER UPDATE OF max_cc, max_gpus, folder ON frameq.job
+	FOR EACH ROW WHEN (NEW.state = 'active' AND
+					   (OLD.max_cc, OLD.max_gpus, OLD.folder)
+					   IS DISTINCT FROM (NEW.max_cc, NEW.max_gpus, NEW.folder))
+	EXECUTE FUNCTION frameq._job_caps_queue();
+
+/* a folder's cap raised or cleared: its jobs' parked layers may fit now */
+CREATE FUNCTION frameq._folder_caps_queue() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	PERFORM frameq._queue_folder_waiting(NEW.id);
+	RETURN NULL;
+END
+$$;
+CREATE TRIGGER folder_caps_queue AFTER UPDATE OF max_cc, max_gpus ON frameq.folder
+	FOR EACH ROW WHEN ((OLD.max_cc, OLD.max_gpus) IS DISTINCT FROM (NEW.max_cc, NEW.max_gpus))
+	EXECUTE FUNCTION frameq._folder_caps_queue();
+
+/*
+ * May a parked row of this job leave the queue now (the entry still parked,
+ * nothing in flight, over the cap)?  Caps are -1 for none; folder NULL for
+ * a job in no folder.
+ */
+CREATE FUNCTION frameq._parked_over_cap(job bigint, job_cc int, job_gpus int,
+										folder int, folder_cc int, folder_gpus int,
+										min_cc int, gpus int) RETURNS bool
+	AS 'MODULE_PATHNAME', 'frameq_parked_over_cap' LANGUAGE C VOLATILE
+	SET search_path = pg_catalog, pg_temp;
+
+/* the ledger entries that are parked, and their changes in flight */
+CREATE FUNCTION frameq._ledger_parked(OUT kind text, OUT id bigint, OUT inflight int)
+	RETURNS SETOF record
+	AS 'MODULE_PATHNAME', 'frameq_ledger_parked' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
+
+/* is the requeue after a ledger rebuild still to commit? */
+CREATE FUNCTION frameq._requeue_pending() RETURNS bool
+	AS 'MODULE_PATHNAME', 'frameq_ledger_requeue_pending' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
+
+/* the worker's round: after a ledger rebuild, queue what was parked */
+CREATE FUNCTION frameq._requeue_after_rebuild() RETURNS bigint
+	AS 'MODULE_PATHNAME', 'frameq_requeue_after_rebuild' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
+
+/*
+ * ---------------------------------------------------------------------
+ * Dispatch hints (src/dispatch.c): per layer, where in its frame numbers
+ * reserve() starts to look for the next waiting frame.  No waiting frame
+ * is ever below its layer's hint.
+ * ---------------------------------------------------------------------
+ */
+
+/* an SQL path made a frame waiting again: keep the layer's dispatch hint below it */
+CREATE FUNCTION frameq._frame_waiting(layer bigint, number int) RETURNS void
+	AS 'MODULE_PATHNAME', 'frameq_frame_waiting' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
+
+/* each layer's dispatch hint: no waiting frame has a lower number */
+CREATE FUNCTION frameq._dispatch_hints(OUT layer bigint, OUT low int)
+	RETURNS SETOF record
+	AS 'MODULE_PATHNAME', 'frameq_dispatch_hints' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;

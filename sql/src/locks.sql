@@ -1,0 +1,121 @@
+
+/*
+ * ---------------------------------------------------------------------
+ * locks.sql: the host lock, and locks no other role can take, hold or
+ * stretch (doc/security.md).
+ *
+ * - The host lock is taken in C with a lock tag no SQL function can name
+ *   (src/frameq.h), not as a SQL advisory lock, which any role that can
+ *   connect could hold to stop the worker and that host's attach and
+ *   heartbeat.
+ * - Whatever waits for a lock another role could be holding waits at most
+ *   frameq.lock_wait: attach, heartbeat and operator actions then fail
+ *   with 55P03; the background worker skips the host for this round.
+ * - A retired host (retired_at) is out of the farm: its name and token
+ *   stop working, and its name may be registered again.
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * frameq._lock_host(host, wait_ms): take the host's lock for this
+ * transaction, waiting at most wait_ms milliseconds (0: only try; NULL:
+ * frameq.lock_wait).  True if held.  Not granted to anyone.
+ */
+CREATE FUNCTION frameq._lock_host(host int, wait_ms int) RETURNS boolean
+	AS 'MODULE_PATHNAME', 'frameq_lock_host_sql' LANGUAGE C VOLATILE
+	SET search_path = pg_catalog, pg_temp;
+
+/* the host of that name in the farm (not retired), or 42704 */
+CREATE FUNCTION frameq._host_by_name(host text) RETURNS frameq.host
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	h frameq.host;
+BEGIN
+	SELECT * INTO h FROM frameq.host x
+	 WHERE x.name OPERATOR(pg_catalog.=) frameq._not_null(_host_by_name.host, 'host')
+	   AND x.retired_at IS NULL;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'host "%" is not registered', frameq._clip(host)
+			USING ERRCODE = 'undefined_object',
+				  HINT = 'Register it with frameq.register_host().';
+	END IF;
+	RETURN h;
+END
+$$;
+
+/* 28P01 unless token is h's (a retired host has none) */
+CREATE FUNCTION frameq._check_token(h frameq.host, token text, host text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	IF token IS NULL OR h.retired_at IS NOT NULL
+	   OR h.token_hash OPERATOR(pg_catalog.<>) pg_catalog.sha256(pg_catalog.convert_to(token, 'UTF8')) THEN
+		RAISE EXCEPTION 'invalid token for host "%"', frameq._clip(host)
+			USING ERRCODE = 'invalid_password';
+	END IF;
+END
+$$;
+
+/*
+ * Check a host's token and take the host's lock: the lock that reserve()
+ * tries, the background worker's lease expiry takes, and attach() and
+ * heartbeat() wait for (at most frameq.lock_wait).  It orders everything
+ * that changes a host's lease or books onto it.  Lock order everywhere:
+ * this lock, then proc rows, then the host row.  Returns the host row read
+ * after locking.  The token is checked before the lock (a caller without
+ * it never queues for the lock) and again after (it may have been rotated
+ * while we waited).  Messages quote at most 64 characters of the name.
+ */
+CREATE FUNCTION frameq._host_lock(host text, token text) RETURNS frameq.host
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	h frameq.host;
+BEGIN
+	/* tokens are 64 hex digits (src/frameq.h, FRAMEQ_MAX_TOKEN_BYTES): nothing much longer is hashed */
+	IF pg_catalog.octet_length(token) > 256 THEN
+		RAISE EXCEPTION 'token is too large: % bytes, at most 256', pg_catalog.octet_length(token)
+			USING ERRCODE = 'program_limit_exceeded';
+	END IF;
+	PERFORM frameq._check_token(frameq._host_by_name(host), token, host);
+	h := frameq._host_lock_by_name(host);
+	PERFORM frameq._check_token(h, token, host);
+	RETURN h;
+END
+$$;
+
+/*
+ * An operator names a host: lock it as above, without a token.  Returns
+ * the host row read after locking; a host retired while we waited is no
+ * longer there.
+ */
+CREATE FUNCTION frameq._host_lock_by_name(host text) RETURNS frameq.host
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	h frameq.host := frameq._host_by_name(host);
+BEGIN
+	IF NOT frameq._lock_host(h.id, NULL) THEN
+		RAISE EXCEPTION 'host "%" is locked by another session', frameq._clip(host)
+			USING ERRCODE = 'lock_not_available',
+				  DETAIL = pg_catalog.format('frameq waited frameq.lock_wait (%s) for it.',
+											 pg_catalog.current_setting('frameq.lock_wait')),
+				  HINT = 'Retry; it is held while the host books or renews its lease.';
+	END IF;
+	SELECT * INTO h FROM frameq.host x WHERE x.id OPERATOR(pg_catalog.=) h.id;
+	IF h.retired_at IS NOT NULL THEN
+		RAISE EXCEPTION 'host "%" is not registered', frameq._clip(host)
+			USING ERRCODE = 'undefined_object';
+	END IF;
+	RETURN h;
+END
+$$;
+
+/*
+ * For the rest of the calling function (which must carry a SET lock_timeout
+ * clause, so that this ends with it): wait at most frameq.lock_wait for any
+ * lock, then fail with 55P03.  For the agent's calls, whose waits a role
+ * outside frameq_admin could otherwise make unbounded.
+ */
+CREATE FUNCTION frameq._bound_lock_waits() RETURNS void
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT pg_catalog.set_config('lock_timeout',
+		coalesce(pg_catalog.current_setting('frameq.lock_wait', true), '1s'), true)
+$$;

@@ -1,0 +1,179 @@
+
+/*
+ * ---------------------------------------------------------------------
+ * procs.sql: a proc's life, in C (src/release.c, src/ledger.c).
+ *
+ * Inserting procs charges the caps ledger, takes the host's free capacity
+ * and opens the run records; deleting a proc is a release.  The proc
+ * table's triggers do all of it, so no path can book or release while
+ * forgetting a part.  Also here: the ledger's SQL face, releasing procs
+ * one by one or a host's all at once, and the guards that keep the frames
+ * and hosts that procs and run records name.
+ * ---------------------------------------------------------------------
+ */
+
+/* 32 strong random bytes as 64 hex digits: host tokens, the run secret key */
+CREATE FUNCTION frameq._random_token() RETURNS text
+	AS 'MODULE_PATHNAME', 'frameq_random_token' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
+
+/* the shared-memory ledger, one row per capped entity with live procs */
+CREATE FUNCTION frameq.ledger(OUT kind text, OUT id bigint, OUT id2 bigint,
+							  OUT used_cc int, OUT used_gpus int, OUT running int)
+	RETURNS SETOF record
+	AS 'MODULE_PATHNAME', 'frameq_ledger' LANGUAGE C VOLATILE STRICT
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+/* this session's releases not yet applied to the ledger (they apply at commit) */
+CREATE FUNCTION frameq._ledger_pending(OUT kind text, OUT id bigint, OUT id2 bigint,
+									   OUT used_cc int, OUT used_gpus int, OUT running int)
+	RETURNS SETOF record
+	AS 'MODULE_PATHNAME', 'frameq_ledger_pending' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
+
+/* forget the ledger and the dispatch hints: the next booking rebuilds the ledger */
+CREATE FUNCTION frameq._ledger_reset() RETURNS void
+	AS 'MODULE_PATHNAME', 'frameq_ledger_reset' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
+
+/* rebuild the ledger now if it is not valid; returns true if it was rebuilt */
+CREATE FUNCTION frameq._ledger_ensure() RETURNS bool
+	AS 'MODULE_PATHNAME', 'frameq_ledger_ensure' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
+
+/* a fresh install: forget what a dropped copy left in shared memory */
+SELECT frameq._ledger_reset();
+
+/* for SQL paths that end frames directly: finish the job if none of its frames is live */
+CREATE FUNCTION frameq._finish_job_if_done(job bigint) RETURNS void
+	AS 'MODULE_PATHNAME', 'frameq_finish_job_if_done' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION frameq._proc_before() RETURNS trigger
+	AS 'MODULE_PATHNAME', 'frameq_proc_before' LANGUAGE C
+	SET search_path = pg_catalog, pg_temp;
+CREATE FUNCTION frameq._proc_after_insert() RETURNS trigger
+	AS 'MODULE_PATHNAME', 'frameq_proc_after_insert' LANGUAGE C
+	SET search_path = pg_catalog, pg_temp;
+CREATE FUNCTION frameq._proc_after_delete() RETURNS trigger
+	AS 'MODULE_PATHNAME', 'frameq_proc_after_delete' LANGUAGE C
+	SET search_path = pg_catalog, pg_temp;
+CREATE FUNCTION frameq._proc_guard_update() RETURNS trigger
+	AS 'MODULE_PATHNAME', 'frameq_proc_guard_update' LANGUAGE C
+	SET search_path = pg_catalog, pg_temp;
+CREATE FUNCTION frameq._proc_no_truncate() RETURNS trigger
+	AS 'MODULE_PATHNAME', 'frameq_proc_no_truncate' LANGUAGE C
+	SET search_path = pg_catalog, pg_temp;
+
+/*
+ * Bookings, releases and kill orders (UPDATEs of procs) all make sure of
+ * the ledger first: a rebuild needs every proc writer out of its way, so
+ * a writer left open while the ledger was still invalid after a start
+ * would hold up every booking and release (src/release.c, proc_before).
+ */
+CREATE TRIGGER proc_before BEFORE INSERT OR UPDATE OR DELETE ON frameq.proc
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._proc_before();
+CREATE TRIGGER proc_after_insert AFTER INSERT ON frameq.proc
+	REFERENCING NEW TABLE AS new_procs
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._proc_after_insert();
+CREATE TRIGGER proc_after_delete AFTER DELETE ON frameq.proc
+	FOR EACH ROW EXECUTE FUNCTION frameq._proc_after_delete();
+CREATE TRIGGER proc_guard_update BEFORE UPDATE ON frameq.proc
+	FOR EACH ROW EXECUTE FUNCTION frameq._proc_guard_update();
+CREATE TRIGGER proc_no_truncate BEFORE TRUNCATE ON frameq.proc
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._proc_no_truncate();
+
+/*
+ * What foreign keys from proc and run would guard (see proc): a frame or a
+ * host named by a proc or a run record is neither deleted, nor given
+ * another id, nor truncated away.  The argument is the referencing column.
+ * Only deletes and id changes fire these, never the booking path.
+ */
+CREATE FUNCTION frameq._keep_referenced() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	col text := TG_ARGV[0];
+	used bool;
+BEGIN
+	IF TG_OP = 'TRUNCATE' THEN
+		RAISE EXCEPTION 'cannot truncate frameq.%: procs and run records name its rows', col
+			USING ERRCODE = 'feature_not_supported';
+	END IF;
+	IF TG_OP = 'UPDATE' AND OLD.id = NEW.id THEN
+		RETURN NEW;
+	END IF;
+	EXECUTE format('SELECT EXISTS (SELECT 1 FROM frameq.proc WHERE %1$I = $1)
+	                    OR EXISTS (SELECT 1 FROM frameq.run WHERE %1$I = $1)', col)
+		INTO used USING OLD.id;
+	IF used THEN
+		RAISE EXCEPTION '% % is named by a proc or a run record', col, OLD.id
+			USING ERRCODE = 'foreign_key_violation',
+				  HINT = 'frameq keeps every attempt''s record; a frame or host that ran work stays.';
+	END IF;
+	RETURN CASE TG_OP WHEN 'DELETE' THEN OLD ELSE NEW END;
+END
+$$;
+
+CREATE TRIGGER frame_keep_referenced BEFORE DELETE OR UPDATE OF id ON frameq.frame
+	FOR EACH ROW EXECUTE FUNCTION frameq._keep_referenced('frame');
+CREATE TRIGGER frame_keep_referenced_truncate BEFORE TRUNCATE ON frameq.frame
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._keep_referenced('frame');
+CREATE TRIGGER host_keep_referenced BEFORE DELETE OR UPDATE OF id ON frameq.host
+	FOR EACH ROW EXECUTE FUNCTION frameq._keep_referenced('host');
+CREATE TRIGGER host_keep_referenced_truncate BEFORE TRUNCATE ON frameq.host
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._keep_referenced('host');
+
+/*
+ * Release one proc: delete it so the triggers free everything it holds.
+ * reason is the run record's reason; new_state the frame's state afterwards.
+ */
+CREATE FUNCTION frameq._release(proc bigint, reason text, new_state text,
+								count_retry bool DEFAULT false)
+	RETURNS bool
+	AS 'MODULE_PATHNAME', 'frameq_release_proc' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
+
+/*
+ * ---------------------------------------------------------------------
+ * Releasing a host's procs: one function, one lock order.
+ *
+ * attach (after a reboot), heartbeat (confirmed kills, lost bookings),
+ * confirm_host_dead and the worker's lease expiry release procs of one
+ * host.  Every release updates the host row (its room back), so a loop of
+ * _release() calls would hold the host row from the second proc on while
+ * it locked the next proc, while complete() of that proc, by the host's
+ * agent, locks its proc first and the host row second: the two could
+ * deadlock.  _release_procs locks every proc it is given, in id order,
+ * before it releases any, so all these paths take proc rows before the
+ * host row, as complete() does (doc/design.md, Lock order).  It also owns
+ * the state a released frame goes to: the proc's wanted state if it was
+ * being killed, waiting otherwise.
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * Release these procs (those that still exist once locked), each with the
+ * reason given, or with 'killed' for a proc being killed and
+ * 'lost_by_agent' otherwise if reason is NULL (heartbeat's two kinds).
+ * Returns how many it released.
+ */
+CREATE FUNCTION frameq._release_procs(procs bigint[], reason text) RETURNS int
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	p record;
+	n int := 0;
+BEGIN
+	PERFORM 1 FROM frameq.proc x WHERE x.id OPERATOR(pg_catalog.=) ANY (procs)
+	 ORDER BY x.id FOR NO KEY UPDATE OF x;
+	FOR p IN SELECT x.id, x.state, x.want_state FROM frameq.proc x
+			  WHERE x.id OPERATOR(pg_catalog.=) ANY (procs) ORDER BY x.id LOOP
+		PERFORM frameq._release(p.id,
+								coalesce(reason, CASE WHEN p.state OPERATOR(pg_catalog.=) 'killing'
+													  THEN 'killed' ELSE 'lost_by_agent' END),
+								CASE WHEN p.state OPERATOR(pg_catalog.=) 'killing'
+									 THEN p.want_state ELSE 'waiting' END);
+		n := n OPERATOR(pg_catalog.+) 1;
+	END LOOP;
+	RETURN n;
+END
+$$;

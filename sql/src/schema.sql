@@ -1,0 +1,326 @@
+/*
+ * frameq install script: the tables, their indexes and the booking type.
+ *
+ * The Makefile builds the install script of the default version
+ * (sql/frameq--<default_version>.sql, frameq.control) from the topic files
+ * in sql/src/, this one first; edit those, not the built script.  Each
+ * object is defined once, as it is now: a change to one also ships as a
+ * piece of the next upgrade step (sql/<next version>/), and
+ * test/scripts/upgrade_from_0.1.0.sh proves that the upgraded catalog and
+ * a fresh install's are the same.  doc/design.md, "How it is built".
+ */
+
+\echo Use "CREATE EXTENSION frameq" to load this file. \quit
+
+/*
+ * Refuse to install unless the library was loaded at server start: the ledger
+ * lives in shared memory that only shared_preload_libraries can reserve.
+ */
+CREATE FUNCTION frameq._assert_preloaded() RETURNS void
+	AS 'MODULE_PATHNAME', 'frameq_assert_preloaded'
+	LANGUAGE C STRICT
+	SET search_path = pg_catalog, pg_temp;
+SELECT frameq._assert_preloaded();
+
+/*
+ * ---------------------------------------------------------------------
+ * Tables.  Cores are stored as integer centicores (1 core = 100) in
+ * columns named *_cc; the API speaks numeric cores.  The constraints below
+ * are what the C code relies on: it never re-checks them.  No role but the
+ * extension's owner has any privilege on a table: everything goes through
+ * the functions (grants.sql).
+ * ---------------------------------------------------------------------
+ */
+
+CREATE TABLE frameq.allocation (
+	id			serial PRIMARY KEY,
+	name		text NOT NULL UNIQUE CHECK (name <> ''),
+	tag			text
+);
+
+CREATE TABLE frameq.show (
+	id			serial PRIMARY KEY,
+	name		text NOT NULL UNIQUE CHECK (name <> '')
+);
+
+/* size is the fair share, burst the hard cap, of a show's cores in an allocation */
+CREATE TABLE frameq.subscription (
+	show		int NOT NULL REFERENCES frameq.show,
+	allocation	int NOT NULL REFERENCES frameq.allocation,
+	size_cc		int NOT NULL CHECK (size_cc >= 0),
+	burst_cc	int NOT NULL CHECK (burst_cc >= 0),
+	changed_at	timestamptz NOT NULL DEFAULT clock_timestamp(),
+	PRIMARY KEY (show, allocation)
+);
+
+CREATE TABLE frameq.folder (
+	id			serial PRIMARY KEY,
+	show		int NOT NULL REFERENCES frameq.show,
+	name		text NOT NULL CHECK (name <> ''),
+	max_cc		int CHECK (max_cc >= 0),		/* NULL: no cap */
+	max_gpus	int CHECK (max_gpus >= 0),		/* NULL: no cap */
+	changed_at	timestamptz NOT NULL DEFAULT clock_timestamp(),
+	UNIQUE (show, name),
+	UNIQUE (id, show)			/* lets job reference (folder, show) */
+);
+
+CREATE TABLE frameq.limits (
+	id			serial PRIMARY KEY,
+	name		text NOT NULL UNIQUE CHECK (name <> ''),
+	max_running int NOT NULL CHECK (max_running >= 0),
+	changed_at	timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+/*
+ * A host is never deleted (runs refer to it); retiring it (retire_host())
+ * takes its name and token out of the farm.  Names are unique among the
+ * hosts in the farm only.
+ */
+CREATE TABLE frameq.host (
+	id			serial PRIMARY KEY,
+	name		text NOT NULL CHECK (name <> ''),
+	allocation	int NOT NULL REFERENCES frameq.allocation,
+	cores_cc	int NOT NULL CHECK (cores_cc > 0),
+	memory		bigint NOT NULL CHECK (memory > 0),
+	gpus		int NOT NULL CHECK (gpus >= 0),
+	gpu_memory	bigint NOT NULL CHECK (gpu_memory >= 0),
+	tags		text[] NOT NULL DEFAULT '{}',
+	token_hash	bytea NOT NULL,
+	state		text NOT NULL DEFAULT 'up' CHECK (state IN ('up', 'down', 'repair')),
+	/* who put it down: an operator, or the loss of its lease (attach lifts that) */
+	down_reason text CHECK (down_reason IN ('operator', 'lease_lost')),
+	/* lease: epoch 0 means never attached */
+	epoch		bigint NOT NULL DEFAULT 0 CHECK (epoch >= 0),
+	boot_id		text,
+	lease_expires_at timestamptz,
+	last_renewal_at timestamptz,
+	/* free capacity, moved only by the proc table's triggers */
+	idle_cc		int NOT NULL,
+	idle_memory bigint NOT NULL,
+	idle_gpus	int NOT NULL,
+	idle_gpu_memory bigint NOT NULL,
+	registered_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+	/* set when the host leaves the farm: its name and token stop working */
+	retired_at	timestamptz,
+	/* one constraint, not four: every booking re-checks it */
+	CONSTRAINT host_idle_within_capacity CHECK (
+		idle_cc BETWEEN 0 AND cores_cc AND idle_memory BETWEEN 0 AND memory AND
+		idle_gpus BETWEEN 0 AND gpus AND idle_gpu_memory BETWEEN 0 AND gpu_memory)
+);
+CREATE UNIQUE INDEX host_name_in_farm ON frameq.host (name) WHERE retired_at IS NULL;
+
+CREATE TABLE frameq.job (
+	id			bigserial PRIMARY KEY,
+	show		int NOT NULL REFERENCES frameq.show,
+	folder		int,
+	name		text NOT NULL CHECK (name <> ''),
+	priority	int NOT NULL DEFAULT 0,
+	max_retries int NOT NULL DEFAULT 3 CHECK (max_retries BETWEEN 0 AND 1000),
+	auto_eat	bool NOT NULL DEFAULT false,
+	max_cc		int CHECK (max_cc >= 0),		/* NULL: no cap */
+	max_gpus	int CHECK (max_gpus >= 0),		/* NULL: no cap */
+	state		text NOT NULL DEFAULT 'active'
+				CHECK (state IN ('active', 'paused', 'finished', 'killed')),
+	submitted_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+	finished_at timestamptz,
+	caps_changed_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+	FOREIGN KEY (folder, show) REFERENCES frameq.folder (id, show)
+);
+/* booking walks a show's active jobs in policy order */
+CREATE INDEX job_dispatch ON frameq.job (show, priority DESC, id)
+	WHERE state = 'active';
+/* a folder's jobs, for queueing them again (dispatch.sql, parking) */
+CREATE INDEX job_folder ON frameq.job (folder) WHERE folder IS NOT NULL;
+
+CREATE TABLE frameq.layer (
+	id			bigserial PRIMARY KEY,
+	job			bigint NOT NULL REFERENCES frameq.job,
+	name		text NOT NULL CHECK (name <> ''),
+	command		text NOT NULL CHECK (command <> ''),
+	dispatch_order int NOT NULL DEFAULT 0,
+	min_cc		int NOT NULL CHECK (min_cc > 0),
+	max_cc		int NOT NULL,				/* cores_max; = min_cc unless threadable */
+	threadable	bool NOT NULL DEFAULT false,
+	memory		bigint NOT NULL DEFAULT 0 CHECK (memory >= 0),
+	gpus		int NOT NULL DEFAULT 0 CHECK (gpus >= 0),
+	gpu_memory	bigint NOT NULL DEFAULT 0 CHECK (gpu_memory >= 0),
+	tags		text[] NOT NULL DEFAULT '{}',
+	env			jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(env) = 'object'),
+	UNIQUE (job, name),
+	CHECK (max_cc >= min_cc),
+	CHECK (threadable OR max_cc = min_cc)
+);
+CREATE INDEX layer_job ON frameq.layer (job, dispatch_order, id);
+
+CREATE TABLE frameq.layer_limit (
+	layer		bigint NOT NULL REFERENCES frameq.layer,
+	limit_id	int NOT NULL REFERENCES frameq.limits,
+	PRIMARY KEY (layer, limit_id)
+);
+
+CREATE TABLE frameq.frame (
+	id			bigserial PRIMARY KEY,
+	job			bigint NOT NULL REFERENCES frameq.job,
+	layer		bigint NOT NULL REFERENCES frameq.layer,
+	number		int NOT NULL,
+	state		text NOT NULL DEFAULT 'waiting'
+				CHECK (state IN ('waiting', 'depend', 'running', 'succeeded', 'dead', 'eaten')),
+	retries		int NOT NULL DEFAULT 0 CHECK (retries >= 0),
+	attempts	int NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+	version		bigint NOT NULL DEFAULT 0,	/* counts state changes */
+	UNIQUE (layer, number)
+);
+/* the next waiting frame of a layer, without reading the rest of the backlog */
+CREATE INDEX frame_waiting ON frameq.frame (layer, number) WHERE state = 'waiting';
+/* is anything of this job still live?  (finishing a job, progress) */
+CREATE INDEX frame_live ON frameq.frame (job, state)
+	WHERE state IN ('waiting', 'depend', 'running');
+
+/*
+ * A proc is one booking.  Its id is the run token: 63 random bits, never a
+ * sequence, so no failover can hand the same token out twice.  Every column
+ * the release path needs (ledger keys, resources) is copied in at booking so
+ * that a DELETE alone is enough to release.
+ *
+ * No column carries a foreign key.  job, layer, show, folder and allocation
+ * are copies of the frame's and the host's; a key on them would take a KEY
+ * SHARE lock on the same job, show and allocation rows in every concurrent
+ * booking, which is the hot row frameq exists to avoid; check() verifies
+ * the copies.  frame and host would cost a key check per proc (a query and
+ * a row lock each) that proves nothing new: reserve() has the frame locked
+ * and updated and the insert trigger updates the host row, and a direct
+ * INSERT is refused unless its frame and host are found and locked (see
+ * release.c).  What the keys would also guard, a frame or host that
+ * disappears or changes its id under a proc or a run record, the guard
+ * triggers (procs.sql) refuse (frameq itself never deletes either).
+ */
+CREATE TABLE frameq.proc (
+	id			bigint PRIMARY KEY CHECK (id > 0),
+	frame		bigint NOT NULL UNIQUE,
+	host		int NOT NULL,
+	epoch		bigint NOT NULL,
+	job			bigint NOT NULL,
+	layer		bigint NOT NULL,
+	show		int NOT NULL,
+	folder		int,
+	allocation	int NOT NULL,
+	limits		int[] NOT NULL DEFAULT '{}',
+	cores_cc	int NOT NULL CHECK (cores_cc > 0),
+	memory		bigint NOT NULL CHECK (memory >= 0),
+	gpus		int NOT NULL CHECK (gpus >= 0),
+	gpu_memory	bigint NOT NULL CHECK (gpu_memory >= 0),
+	state		text NOT NULL DEFAULT 'running' CHECK (state IN ('running', 'killing')),
+	booked_at	timestamptz NOT NULL DEFAULT clock_timestamp(),
+	/* kill order: what was asked, when, and the frame state wanted on release */
+	kill_reason text,
+	kill_at		timestamptz,
+	want_state	text CHECK (want_state IN ('waiting', 'dead', 'eaten')),
+	kill_sent_at timestamptz,
+	CHECK ((state = 'killing') = (want_state IS NOT NULL AND kill_at IS NOT NULL))
+);
+CREATE INDEX proc_host ON frameq.proc (host, state);
+
+/*
+ * One row per attempt, kept forever, written by the proc insert trigger
+ * from a proc whose frame and host exist; no foreign keys: see proc.
+ */
+CREATE TABLE frameq.run (
+	proc		bigint PRIMARY KEY,
+	frame		bigint NOT NULL,
+	job			bigint NOT NULL,
+	host		int NOT NULL,
+	epoch		bigint NOT NULL,
+	cores_cc	int NOT NULL,
+	memory		bigint NOT NULL,
+	gpus		int NOT NULL,
+	started_at	timestamptz NOT NULL,
+	ended_at	timestamptz,
+	exit_status int,
+	exit_signal int,
+	max_rss		bigint,
+	reason		text CHECK (reason IN ('completed', 'killed', 'host_lost', 'host_rebooted',
+									   'lost_by_agent', 'operator')),
+	kill_reason text,
+	end_state	text,
+	CHECK ((ended_at IS NULL) = (reason IS NULL))
+);
+CREATE INDEX run_frame ON frameq.run (frame);
+
+/*
+ * Which roles may submit to and control a show's jobs (admin.sql, show
+ * grants).  role is an oid, not a name: a rename keeps its grants, a new
+ * role of the same name gets none.
+ */
+CREATE TABLE frameq.show_grant (
+	show		int NOT NULL REFERENCES frameq.show,
+	role		oid NOT NULL,
+	granted_at	timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+	PRIMARY KEY (show, role)
+);
+
+/*
+ * Jobs whose last frames ended while another session kept the job's row
+ * locked past frameq.lock_wait (src/release.c, maybe_finish_job): whether
+ * the job is finished is left to the background worker, which asks again
+ * every round until it gets the row (worker.sql, _finish_checked_jobs).
+ * Rows are few and short-lived.
+ */
+CREATE TABLE frameq.job_finish_check (
+	job			bigint PRIMARY KEY,
+	since		timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp()
+);
+
+/*
+ * The dispatch queue: a row per layer that may have waiting frames, per
+ * tag it asks for.  dispatch.sql says how rows come and go and why no
+ * waiting frame is passed over.  No row is ever updated and there is no
+ * unique key: nobody ever waits on this table.
+ */
+CREATE TABLE frameq.dispatch_queue (
+	show		int NOT NULL,
+	tag			text NOT NULL,			/* '' for a layer with no tags */
+	gpu			bool NOT NULL,			/* the layer needs gpus */
+	priority	int NOT NULL,			/* the job's, when the row was written */
+	job			bigint NOT NULL,
+	dispatch_order int NOT NULL,
+	layer		bigint NOT NULL,
+	min_cc		int NOT NULL,
+	memory		bigint NOT NULL,
+	gpus		int NOT NULL,
+	gpu_memory	bigint NOT NULL
+);
+/*
+ * One stream per (show, tag, gpu), in policy order; the minimums are key
+ * columns so that a layer too big for the host is rejected on the index
+ * tuple, without a heap fetch.
+ */
+CREATE INDEX dispatch_queue_order ON frameq.dispatch_queue
+	(show, tag, gpu, priority DESC, job, dispatch_order, layer, min_cc, memory, gpus, gpu_memory);
+CREATE INDEX dispatch_queue_layer ON frameq.dispatch_queue (layer);
+
+/*
+ * The key run secrets are derived from (agent.sql, run secrets): one row,
+ * 32 random bytes or more, readable by the extension's owner only
+ * (grants.sql).  agent.sql draws it.
+ */
+CREATE TABLE frameq.run_secret_key (
+	one			bool PRIMARY KEY DEFAULT true CHECK (one),
+	key			bytea NOT NULL CHECK (pg_catalog.length(key) OPERATOR(pg_catalog.>=) 32)
+);
+
+/* the agent-facing booking row returned by reserve() */
+CREATE TYPE frameq.booking AS (
+	proc		bigint,
+	frame		bigint,
+	job			bigint,
+	layer		bigint,
+	frame_number int,
+	command		text,
+	cores		numeric,
+	memory		bigint,
+	gpus		int,
+	gpu_memory	bigint,
+	env			jsonb,
+	/* the render's run secret (agent.sql): proves to owns() that the caller is that render */
+	run_secret	text
+);

@@ -1,0 +1,498 @@
+
+/*
+ * ---------------------------------------------------------------------
+ * submit.sql: submission and job control (frameq_submit, scoped to its
+ * granted shows; frameq_admin).  submit() checks a whole job spec before
+ * it writes anything; its bounds are listed in util.sql.
+ * ---------------------------------------------------------------------
+ */
+
+/* one frame range item list: "1-100", "1-100x5", "1,3,7", or a mix */
+CREATE FUNCTION frameq._frame_numbers(spec text, field text) RETURNS SETOF int
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	item text;
+	m text[];
+	first int;
+	last int;
+	step int;
+	total bigint := 0;
+BEGIN
+	IF spec IS NULL OR pg_catalog.btrim(spec) = '' THEN
+		RAISE EXCEPTION '% must be a frame range such as "1-100", "1-100x5" or "1,3,7"', field
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	PERFORM frameq._bounded(spec, field, 262144);
+	FOREACH item IN ARRAY pg_catalog.string_to_array(pg_catalog.replace(spec, ' ', ''), ',') LOOP
+		m := pg_catalog.regexp_match(item, '^(-?[0-9]{1,9})(?:-(-?[0-9]{1,9})(?:x([0-9]{1,9}))?)?$');
+		IF m IS NULL THEN
+			RAISE EXCEPTION '% has a malformed item "%"', field, frameq._clip(item)
+				USING ERRCODE = 'invalid_parameter_value',
+					  HINT = 'Use "1-100", "1-100x5" or "1,3,7".';
+		END IF;
+		first := m[1]::int;
+		last := coalesce(m[2]::int, first);
+		step := coalesce(m[3]::int, 1);
+		IF last < first THEN
+			RAISE EXCEPTION '% item "%" ends before it starts', field, item
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		IF step < 1 THEN
+			RAISE EXCEPTION '% item "%" has a step below 1', field, item
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		total := total + ((last::bigint - first) / step + 1);
+		IF total > 1000000 THEN
+			PERFORM frameq._too_big(field, 'more than 1000000 frames');
+		END IF;
+		RETURN QUERY SELECT pg_catalog.generate_series(first, last, step);
+	END LOOP;
+END
+$$;
+
+/* spec's field key, NULL if absent or null, 22023 unless it is of type want */
+CREATE FUNCTION frameq._spec_value(obj jsonb, key text, path text, want text)
+RETURNS jsonb LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	v jsonb := obj -> key;
+BEGIN
+	IF v IS NULL OR jsonb_typeof(v) = 'null' THEN
+		RETURN NULL;
+	END IF;
+	IF jsonb_typeof(v) <> want AND NOT (want = 'size' AND jsonb_typeof(v) IN ('number', 'string')) THEN
+		RAISE EXCEPTION '%.% must be a%', path, key,
+			CASE want WHEN 'size' THEN ' number of bytes or a size such as "4GB"'
+					  WHEN 'array' THEN 'n array' WHEN 'object' THEN 'n object'
+					  ELSE ' ' || want END
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	RETURN v;
+END
+$$;
+
+/* an integer field from minimum to maximum; dflt if absent */
+CREATE FUNCTION frameq._spec_int(obj jsonb, key text, path text, dflt int,
+								 minimum int, maximum int)
+RETURNS int LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	v jsonb := frameq._spec_value(obj, key, path, 'number');
+	n numeric;
+BEGIN
+	IF v IS NULL THEN
+		RETURN dflt;
+	END IF;
+	n := v::numeric;
+	IF n <> pg_catalog.trunc(n) OR n < minimum OR n > maximum THEN
+		RAISE EXCEPTION '%.% must be a whole number from % to %, not %', path, key,
+			minimum, maximum, frameq._clip(n::text)
+			USING ERRCODE = CASE WHEN n > maximum THEN 'program_limit_exceeded'
+								 ELSE 'invalid_parameter_value' END;
+	END IF;
+	RETURN n::int;
+END
+$$;
+
+/* a boolean field; dflt if absent */
+CREATE FUNCTION frameq._spec_bool(obj jsonb, key text, path text, dflt bool)
+RETURNS bool LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT coalesce(frameq._spec_value(obj, key, path, 'boolean')::bool, dflt)
+$$;
+
+/* a size field, in bytes or such as "4GB"; 0 if absent */
+CREATE FUNCTION frameq._spec_size(obj jsonb, key text, path text) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	v jsonb := frameq._spec_value(obj, key, path, 'size');
+	n numeric;
+BEGIN
+	IF v IS NULL THEN
+		RETURN 0;
+	END IF;
+	BEGIN
+		IF pg_catalog.jsonb_typeof(v) = 'number' THEN
+			n := v::numeric;
+		ELSIF pg_catalog.length(v #>> '{}') <= 64 THEN
+			n := pg_catalog.pg_size_bytes(v #>> '{}');
+		END IF;
+	EXCEPTION
+		WHEN invalid_parameter_value THEN
+			n := NULL;
+		WHEN numeric_value_out_of_range THEN
+			n := 'Infinity';	/* a well-formed size past bigint: too large */
+	END;
+	IF n > (1::bigint << 50) THEN
+		RAISE EXCEPTION '%.% is too large: %, at most 2^50 bytes', path, key, frameq._clip(v::text)
+			USING ERRCODE = 'program_limit_exceeded';
+	END IF;
+	IF n IS NULL OR n < 0 OR n <> pg_catalog.trunc(n) THEN
+		RAISE EXCEPTION '%.% must be a size in bytes (or such as "4GB"), not %', path, key,
+			frameq._clip(v::text)
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	RETURN n::bigint;
+END
+$$;
+
+/* a JSON array of strings (tags, limit names) as text[]; empty if absent */
+CREATE FUNCTION frameq._spec_tags(obj jsonb, key text, path text) RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	v jsonb := frameq._spec_value(obj, key, path, 'array');
+BEGIN
+	IF v IS NULL THEN
+		RETURN '{}';
+	END IF;
+	IF pg_catalog.jsonb_array_length(v) > 64 THEN
+		PERFORM frameq._too_big(path || '.' || key,
+			pg_catalog.format('%s elements, at most 64', pg_catalog.jsonb_array_length(v)));
+	END IF;
+	IF EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(v) e
+				WHERE pg_catalog.jsonb_typeof(e) <> 'string' OR e #>> '{}' = '') THEN
+		RAISE EXCEPTION '%.% must be an array of non-empty strings', path, key
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	RETURN ARRAY(SELECT DISTINCT e FROM pg_catalog.jsonb_array_elements_text(v) e ORDER BY 1);
+END
+$$;
+
+/* 22023 if obj has a field not in allowed */
+CREATE FUNCTION frameq._spec_unknown(obj jsonb, allowed text[], path text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	k text;
+BEGIN
+	SELECT key INTO k FROM pg_catalog.jsonb_object_keys(obj) key WHERE key <> ALL (allowed)
+	 ORDER BY 1 LIMIT 1;
+	IF k IS NOT NULL THEN
+		RAISE EXCEPTION '%.% is not a known field', path, frameq._clip(k)
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = pg_catalog.format('Known fields: %s.', pg_catalog.array_to_string(allowed, ', '));
+	END IF;
+END
+$$;
+
+/*
+ * The longest a layer's command becomes, in bytes, once the agent-side
+ * tokens are replaced for any of its frames (src/booking.c
+ * expand_command: #FRAME#, #ZFRAME# (zero-padded to 4), #JOB#, #LAYER#,
+ * matched left to right without overlap, as regexp_matches does).
+ */
+CREATE FUNCTION frameq._expanded_length(command text, job_name text, layer_name text,
+										low int, high int)
+RETURNS bigint LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT pg_catalog.octet_length(command)
+		   + coalesce(sum(t.n * (CASE t.token
+									WHEN 'FRAME' THEN w.width
+									WHEN 'ZFRAME' THEN greatest(w.width, 4)
+									WHEN 'JOB' THEN pg_catalog.octet_length(job_name)
+									ELSE pg_catalog.octet_length(layer_name) END
+								 - pg_catalog.length(t.token) - 2)), 0)
+	  FROM (SELECT greatest(pg_catalog.length(low::text), pg_catalog.length(high::text)) AS width) w
+	  LEFT JOIN (SELECT m[1] AS token, count(*) AS n
+				   FROM pg_catalog.regexp_matches(command, '#(FRAME|ZFRAME|JOB|LAYER)#', 'g') m
+				  GROUP BY 1) t ON true
+$$;
+
+/* a layer's command: present, at most 64 kB, and at most 64 kB expanded for every frame */
+CREATE FUNCTION frameq._check_command(command text, path text, job_name text, layer_name text,
+									  low int, high int)
+RETURNS void LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	expanded bigint;
+BEGIN
+	IF pg_catalog.octet_length(command) > 65536 THEN
+		PERFORM frameq._too_big(path || '.command',
+			pg_catalog.format('%s bytes, at most 65536', pg_catalog.octet_length(command)));
+	END IF;
+	expanded := frameq._expanded_length(command, job_name, layer_name, low, high);
+	IF expanded > 65536 THEN
+		PERFORM frameq._too_big(path || '.command',
+			pg_catalog.format('%s bytes once its tokens are expanded, at most 65536', expanded));
+	END IF;
+END
+$$;
+
+/* a layer's env: at most 256 variables and 64 kB, names as the shell has them, string values */
+CREATE FUNCTION frameq._check_env(env jsonb, path text) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	bad text;
+BEGIN
+	IF env IS NULL THEN
+		RETURN '{}';
+	END IF;
+	IF (SELECT count(*) FROM pg_catalog.jsonb_object_keys(env)) > 256 THEN
+		PERFORM frameq._too_big(path || '.env', 'more than 256 variables');
+	END IF;
+	IF pg_catalog.octet_length(env::text) > 65536 THEN
+		PERFORM frameq._too_big(path || '.env', 'more than 65536 bytes');
+	END IF;
+	SELECT e.key INTO bad FROM pg_catalog.jsonb_each(env) e
+	 WHERE pg_catalog.jsonb_typeof(e.value) <> 'string'
+		OR e.key !~ '^[A-Za-z_][A-Za-z0-9_]{0,255}$'
+	 ORDER BY 1 LIMIT 1;
+	IF FOUND THEN
+		RAISE EXCEPTION '%.env must map variable names to strings; "%" does not', path, frameq._clip(bad)
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	RETURN env;
+END
+$$;
+
+CREATE FUNCTION frameq.submit(spec jsonb) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	show_id int;
+	folder_id int;
+	job_name text;
+	priority int;
+	max_retries int;
+	auto_eat bool;
+	max_cc int;
+	max_gpus int;
+	paused bool;
+	layers jsonb;
+	layer jsonb;
+	path text;
+	i int;
+	l_name text[] := '{}';
+	l_command text[] := '{}';
+	l_range text[] := '{}';
+	l_min_cc int[] := '{}';
+	l_max_cc int[] := '{}';
+	l_threadable bool[] := '{}';
+	l_memory bigint[] := '{}';
+	l_gpus int[] := '{}';
+	l_gpu_memory bigint[] := '{}';
+	l_order int[] := '{}';
+	l_env jsonb[] := '{}';
+	l_tags jsonb[] := '{}';
+	l_limits jsonb[] := '{}';
+	v jsonb;
+	n_frames bigint := 0;
+	n_layer bigint;
+	n_distinct bigint;
+	low int;
+	high int;
+	job_id bigint;
+	layer_id bigint;
+	lim text;
+	lim_id int;
+BEGIN
+	IF spec IS NULL OR jsonb_typeof(spec) <> 'object' THEN
+		RAISE EXCEPTION 'spec must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF pg_catalog.octet_length(spec::text) > 64 * 1024 * 1024 THEN
+		PERFORM frameq._too_big('spec', 'more than 64 MB');
+	END IF;
+	PERFORM frameq._spec_unknown(spec, ARRAY['show', 'folder', 'name', 'priority',
+		'max_retries', 'auto_eat', 'max_cores', 'max_gpus', 'paused', 'layers'], 'spec');
+
+	v := frameq._spec_value(spec, 'show', 'spec', 'string');
+	IF v IS NULL THEN
+		RAISE EXCEPTION 'spec.show is required' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	SELECT s.id INTO show_id FROM frameq.show s WHERE s.name = v #>> '{}';
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'spec.show: show "%" does not exist', frameq._clip(v #>> '{}')
+			USING ERRCODE = 'undefined_object';
+	END IF;
+	/* a frameq_submit role submits to the shows granted to it only */
+	PERFORM frameq._authorize_show(show_id);
+
+	v := frameq._spec_value(spec, 'folder', 'spec', 'string');
+	IF v IS NOT NULL THEN
+		SELECT f.id INTO folder_id FROM frameq.folder f WHERE f.show = show_id AND f.name = v #>> '{}';
+		IF NOT FOUND THEN
+			RAISE EXCEPTION 'spec.folder: folder "%" does not exist in show "%"',
+				frameq._clip(v #>> '{}'), spec ->> 'show' USING ERRCODE = 'undefined_object';
+		END IF;
+	END IF;
+
+	v := frameq._spec_value(spec, 'name', 'spec', 'string');
+	IF v IS NULL OR v #>> '{}' = '' THEN
+		RAISE EXCEPTION 'spec.name is required' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	job_name := frameq._bounded(v #>> '{}', 'spec.name', 200);
+	/* names reach shell commands through #JOB#: no spaces or shell characters */
+	IF job_name !~ '^[A-Za-z0-9_.:@+-]{1,200}$' THEN
+		RAISE EXCEPTION 'spec.name "%" is not a valid job name', frameq._clip(job_name)
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Job names are 1 to 200 letters, digits and _ . : @ + -.';
+	END IF;
+	priority := frameq._spec_int(spec, 'priority', 'spec', 0, -1000000, 1000000);
+	max_retries := frameq._spec_int(spec, 'max_retries', 'spec', 3, 0, 1000);
+	auto_eat := frameq._spec_bool(spec, 'auto_eat', 'spec', false);
+	paused := frameq._spec_bool(spec, 'paused', 'spec', false);
+	max_cc := frameq._cc(frameq._spec_value(spec, 'max_cores', 'spec', 'number')::numeric,
+						 'spec.max_cores');
+	max_gpus := frameq._spec_int(spec, 'max_gpus', 'spec', NULL, 0, 100000);
+
+	layers := frameq._spec_value(spec, 'layers', 'spec', 'array');
+	IF layers IS NULL OR jsonb_array_length(layers) = 0 THEN
+		RAISE EXCEPTION 'spec.layers must be a non-empty array' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF jsonb_array_length(layers) > 1000 THEN
+		PERFORM frameq._too_big('spec.layers',
+			pg_catalog.format('%s layers, at most 1000', jsonb_array_length(layers)));
+	END IF;
+
+	FOR i IN 0 .. jsonb_array_length(layers) - 1 LOOP
+		layer := layers -> i;
+		path := format('spec.layers[%s]', i);
+		IF jsonb_typeof(layer) <> 'object' THEN
+			RAISE EXCEPTION '% must be an object', path USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		PERFORM frameq._spec_unknown(layer, ARRAY['name', 'command', 'range', 'cores',
+			'cores_max', 'threadable', 'memory', 'gpus', 'gpu_memory', 'tags', 'limits',
+			'dispatch_order', 'env'], path);
+
+		v := frameq._spec_value(layer, 'name', path, 'string');
+		IF v IS NULL OR v #>> '{}' = '' THEN
+			RAISE EXCEPTION '%.name is required', path USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		PERFORM frameq._bounded(v #>> '{}', path || '.name', 100);
+		IF (v #>> '{}') !~ '^[A-Za-z0-9_.:@+-]{1,100}$' THEN
+			RAISE EXCEPTION '%.name "%" is not a valid layer name', path, frameq._clip(v #>> '{}')
+				USING ERRCODE = 'invalid_parameter_value',
+					  HINT = 'Layer names are 1 to 100 letters, digits and _ . : @ + -.';
+		END IF;
+		IF (v #>> '{}') = ANY (l_name) THEN
+			RAISE EXCEPTION '%.name "%" is used by an earlier layer', path, frameq._clip(v #>> '{}')
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		l_name := l_name || (v #>> '{}');
+
+		v := frameq._spec_value(layer, 'command', path, 'string');
+		IF v IS NULL OR btrim(v #>> '{}') = '' THEN
+			RAISE EXCEPTION '%.command is required', path USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		l_command := l_command || (v #>> '{}');
+
+		v := frameq._spec_value(layer, 'range', path, 'string');
+		IF v IS NULL THEN
+			RAISE EXCEPTION '%.range is required', path USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		l_range := l_range || (v #>> '{}');
+		/* parse now, so that a bad range fails before anything is written */
+		SELECT count(*), count(DISTINCT n), min(n), max(n) INTO n_layer, n_distinct, low, high
+		  FROM frameq._frame_numbers(v #>> '{}', path || '.range') n;
+		n_frames := n_frames + n_layer;
+		PERFORM frameq._check_command(l_command[i + 1], path, job_name, l_name[i + 1], low, high);
+		IF n_layer <> n_distinct THEN
+			RAISE EXCEPTION '%.range lists a frame more than once', path
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+
+		l_min_cc := l_min_cc || coalesce(frameq._cc(frameq._spec_value(layer, 'cores', path, 'number')::numeric,
+													path || '.cores', false, 100000), 100);
+		l_threadable := l_threadable || frameq._spec_bool(layer, 'threadable', path, false);
+		v := frameq._spec_value(layer, 'cores_max', path, 'number');
+		IF v IS NULL THEN
+			l_max_cc := l_max_cc || l_min_cc[i + 1];
+		ELSE
+			l_max_cc := l_max_cc || frameq._cc(v::numeric, path || '.cores_max', false, 100000);
+			IF l_max_cc[i + 1] < l_min_cc[i + 1] THEN
+				RAISE EXCEPTION '%.cores_max must not be below %.cores', path, path
+					USING ERRCODE = 'invalid_parameter_value';
+			END IF;
+			IF l_max_cc[i + 1] > l_min_cc[i + 1] AND NOT l_threadable[i + 1] THEN
+				RAISE EXCEPTION '%.cores_max above %.cores needs "threadable": true', path, path
+					USING ERRCODE = 'invalid_parameter_value';
+			END IF;
+		END IF;
+		l_memory := l_memory || frameq._spec_size(layer, 'memory', path);
+		l_gpus := l_gpus || frameq._spec_int(layer, 'gpus', path, 0, 0, 1024);
+		l_gpu_memory := l_gpu_memory || frameq._spec_size(layer, 'gpu_memory', path);
+		l_order := l_order || frameq._spec_int(layer, 'dispatch_order', path, i, -1000000, 1000000);
+		l_tags := l_tags || to_jsonb(frameq._tags(frameq._spec_tags(layer, 'tags', path), path || '.tags'));
+		l_env := l_env || frameq._check_env(frameq._spec_value(layer, 'env', path, 'object'), path);
+		l_limits := l_limits || to_jsonb(frameq._spec_tags(layer, 'limits', path));
+		IF jsonb_array_length(l_limits[i + 1]) > 12 THEN
+			PERFORM frameq._too_big(path || '.limits',
+				pg_catalog.format('%s limits, at most 12', jsonb_array_length(l_limits[i + 1])));
+		END IF;
+		FOR lim IN SELECT jsonb_array_elements_text(l_limits[i + 1]) LOOP
+			IF NOT EXISTS (SELECT 1 FROM frameq.limits lm WHERE lm.name = lim) THEN
+				RAISE EXCEPTION '%.limits: limit "%" does not exist', path, frameq._clip(lim)
+					USING ERRCODE = 'undefined_object';
+			END IF;
+		END LOOP;
+	END LOOP;
+	IF n_frames > 1000000 THEN
+		PERFORM frameq._too_big('spec.layers', 'more than 1000000 frames in all');
+	END IF;
+
+	/* everything checked: write */
+	INSERT INTO frameq.job AS j (show, folder, name, priority, max_retries, auto_eat,
+							max_cc, max_gpus, state)
+	VALUES (show_id, folder_id, job_name, priority, max_retries, auto_eat,
+			max_cc, max_gpus, CASE WHEN paused THEN 'paused' ELSE 'active' END)
+	RETURNING j.id INTO job_id;
+
+	FOR i IN 1 .. array_length(l_name, 1) LOOP
+		INSERT INTO frameq.layer (job, name, command, dispatch_order, min_cc, max_cc,
+								  threadable, memory, gpus, gpu_memory, tags, env)
+		VALUES (job_id, l_name[i], l_command[i], l_order[i], l_min_cc[i], l_max_cc[i],
+				l_threadable[i], l_memory[i], l_gpus[i], l_gpu_memory[i],
+				ARRAY(SELECT jsonb_array_elements_text(l_tags[i])), l_env[i])
+		RETURNING layer.id INTO layer_id;
+		INSERT INTO frameq.layer_limit (layer, limit_id)
+		SELECT layer_id, lm.id FROM frameq.limits lm
+		 WHERE lm.name IN (SELECT jsonb_array_elements_text(l_limits[i]));
+		INSERT INTO frameq.frame (job, layer, number)
+		SELECT job_id, layer_id, n FROM frameq._frame_numbers(l_range[i], 'range') n;
+	END LOOP;
+	RETURN job_id;
+END
+$$;
+
+/*
+ * Job control: each first asks whether the caller may act on that job's
+ * show.
+ */
+
+CREATE FUNCTION frameq.set_job(job bigint, priority int DEFAULT NULL,
+							   max_cores numeric DEFAULT NULL, max_gpus int DEFAULT NULL,
+							   paused bool DEFAULT NULL, clear_caps bool DEFAULT false)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	j frameq.job;
+	cap_cc int := frameq._cc(max_cores, 'max_cores');
+	caps_changed bool := clear_caps OR max_cores IS NOT NULL OR max_gpus IS NOT NULL;
+BEGIN
+	PERFORM frameq._authorize_job(job);
+	PERFORM frameq._nonneg(max_gpus, 'max_gpus', 100000);
+	IF priority NOT BETWEEN -1000000 AND 1000000 THEN
+		RAISE EXCEPTION 'priority must be from -1000000 to 1000000, not %', priority
+			USING ERRCODE = CASE WHEN priority > 0 THEN 'program_limit_exceeded'
+								 ELSE 'invalid_parameter_value' END;
+	END IF;
+	PERFORM frameq._not_null(clear_caps, 'clear_caps');
+	SELECT * INTO j FROM frameq.job x WHERE x.id = frameq._not_null(set_job.job, 'job')
+	   FOR NO KEY UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	IF paused IS NOT NULL AND j.state IN ('finished', 'killed') THEN
+		RAISE EXCEPTION 'job % is %: it cannot be paused or resumed', job, j.state
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	UPDATE frameq.job x SET
+		priority = coalesce(set_job.priority, x.priority),
+		max_cc = CASE WHEN clear_caps THEN cap_cc ELSE coalesce(cap_cc, x.max_cc) END,
+		max_gpus = CASE WHEN clear_caps THEN set_job.max_gpus
+						ELSE coalesce(set_job.max_gpus, x.max_gpus) END,
+		state = CASE WHEN set_job.paused IS NULL THEN x.state
+					 WHEN set_job.paused THEN 'paused' ELSE 'active' END,
+		caps_changed_at = CASE WHEN caps_changed THEN clock_timestamp() ELSE x.caps_changed_at END
+	 WHERE x.id = set_job.job
+	RETURNING * INTO j;
+	IF caps_changed THEN
+		PERFORM pg_notify('frameq_limit', json_build_object(
+			'kind', 'job', 'id', job, 'max_cores', j.max_cc / 100.0, 'max_gpus', j.max_gpus)::text);
+	END IF;
+END
+$$;

@@ -1,0 +1,99 @@
+
+/*
+ * ---------------------------------------------------------------------
+ * views.sql: what readers see (frameq_reader).
+ * ---------------------------------------------------------------------
+ */
+
+/* every frame, with its proc and host while it runs */
+CREATE VIEW frameq.frames AS
+SELECT f.id AS frame, f.job, f.layer, f.number AS frame_number, f.state, f.retries,
+	   f.attempts, p.id AS proc, h.name AS host, p.state AS proc_state
+  FROM frameq.frame f
+  LEFT JOIN frameq.proc p ON p.frame = f.id
+  LEFT JOIN frameq.host h ON h.id = p.host;
+
+/* each job's frames by state */
+CREATE VIEW frameq.job_progress AS
+SELECT j.id AS job, j.name, j.state,
+	   count(f.id) AS total,
+	   count(f.id) FILTER (WHERE f.state = 'waiting') AS waiting,
+	   count(f.id) FILTER (WHERE f.state = 'depend') AS depend,
+	   count(f.id) FILTER (WHERE f.state = 'running') AS running,
+	   count(f.id) FILTER (WHERE f.state = 'succeeded') AS succeeded,
+	   count(f.id) FILTER (WHERE f.state = 'dead') AS dead,
+	   count(f.id) FILTER (WHERE f.state = 'eaten') AS eaten
+  FROM frameq.job j
+  LEFT JOIN frameq.frame f ON f.job = j.id
+ GROUP BY j.id;
+
+/* what each host, subscription, folder, live job and limit uses, against its cap */
+CREATE VIEW frameq.usage AS
+WITH l AS (SELECT * FROM frameq.ledger())
+SELECT 'host'::text AS kind, h.id::bigint AS id, h.name,
+	   ((h.cores_cc - h.idle_cc) / 100.0)::numeric(12,2) AS used_cores, (h.cores_cc / 100.0)::numeric(12,2) AS max_cores,
+	   h.gpus - h.idle_gpus AS used_gpus, h.gpus AS max_gpus,
+	   (SELECT count(*) FROM frameq.proc p WHERE p.host = h.id)::int AS running,
+	   NULL::int AS max_running
+  FROM frameq.host h
+UNION ALL
+SELECT 'subscription', s.show, sh.name || '@' || a.name,
+	   (coalesce(l.used_cc, 0) / 100.0)::numeric(12,2), (s.burst_cc / 100.0)::numeric(12,2),
+	   coalesce(l.used_gpus, 0), NULL, coalesce(l.running, 0), NULL
+  FROM frameq.subscription s
+  JOIN frameq.show sh ON sh.id = s.show
+  JOIN frameq.allocation a ON a.id = s.allocation
+  LEFT JOIN l ON l.kind = 'subscription' AND l.id = s.show AND l.id2 = s.allocation
+UNION ALL
+SELECT 'folder', f.id, f.name,
+	   (coalesce(l.used_cc, 0) / 100.0)::numeric(12,2), (f.max_cc / 100.0)::numeric(12,2),
+	   coalesce(l.used_gpus, 0), f.max_gpus, coalesce(l.running, 0), NULL
+  FROM frameq.folder f
+  LEFT JOIN l ON l.kind = 'folder' AND l.id = f.id
+UNION ALL
+SELECT 'job', j.id, j.name,
+	   (coalesce(l.used_cc, 0) / 100.0)::numeric(12,2), (j.max_cc / 100.0)::numeric(12,2),
+	   coalesce(l.used_gpus, 0), j.max_gpus, coalesce(l.running, 0), NULL
+  FROM frameq.job j
+  LEFT JOIN l ON l.kind = 'job' AND l.id = j.id
+ WHERE j.state IN ('active', 'paused') OR l.running > 0
+UNION ALL
+SELECT 'limit', lm.id, lm.name,
+	   (coalesce(l.used_cc, 0) / 100.0)::numeric(12,2), NULL,
+	   coalesce(l.used_gpus, 0), NULL, coalesce(l.running, 0), lm.max_running
+  FROM frameq.limits lm
+  LEFT JOIN l ON l.kind = 'limit' AND l.id = lm.id;
+
+/* every host (retired ones too), its lease and its free capacity */
+CREATE VIEW frameq.hosts AS
+SELECT h.id AS host, h.name, a.name AS allocation, h.state, h.down_reason, h.epoch,
+	   h.lease_expires_at,
+	   (h.cores_cc / 100.0)::numeric(12,2) AS cores, (h.idle_cc / 100.0)::numeric(12,2) AS idle_cores,
+	   h.memory, h.idle_memory, h.gpus, h.idle_gpus, h.gpu_memory, h.idle_gpu_memory,
+	   h.tags, h.boot_id,
+	   (SELECT count(*) FROM frameq.proc p WHERE p.host = h.id)::int AS running,
+	   h.retired_at
+  FROM frameq.host h
+  JOIN frameq.allocation a ON a.id = h.allocation;
+
+/* every attempt's run record */
+CREATE VIEW frameq.runs AS
+SELECT r.proc, r.frame, r.job, h.name AS host, r.epoch, r.started_at, r.ended_at,
+	   r.exit_status, r.exit_signal, r.max_rss, r.reason, r.kill_reason, r.end_state,
+	   (r.cores_cc / 100.0)::numeric(12,2) AS cores
+  FROM frameq.run r
+  JOIN frameq.host h ON h.id = r.host;
+
+/* which roles may submit to which show (a dropped role shows as its oid) */
+CREATE VIEW frameq.show_grants AS
+SELECT s.name AS show, coalesce(r.rolname::text, g.role::text) COLLATE "default" AS role, g.granted_at
+  FROM frameq.show_grant g
+  JOIN frameq.show s ON s.id = g.show
+  LEFT JOIN pg_catalog.pg_roles r ON r.oid = g.role;
+
+/*
+ * Which jobs and folders are parked at their caps now: their layers have
+ * no dispatch queue rows until a release lowers them or their caps change.
+ */
+CREATE VIEW frameq.dispatch_parked AS
+SELECT kind, id, inflight FROM frameq._ledger_parked();

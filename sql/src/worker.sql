@@ -1,0 +1,164 @@
+
+/*
+ * ---------------------------------------------------------------------
+ * worker.sql: leases, and the background worker's steps (src/worker.c
+ * runs them, one transaction per round): lease expiry and re-arming,
+ * kill order announcements, the job finishes it was left.
+ * ---------------------------------------------------------------------
+ */
+
+/* a lease's ttl: frameq.lease_ttl */
+CREATE FUNCTION frameq._lease_ttl() RETURNS interval
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT current_setting('frameq.lease_ttl')::interval $$;
+
+/*
+ * How long after its last renewal a lease is surely over: lease_ttl *
+ * (1 + clock_drift) + lease_margin.  One definition, in C (src/lease.c),
+ * which the worker's quarantine uses too.
+ */
+CREATE FUNCTION frameq.lease_period() RETURNS interval
+	AS 'MODULE_PATHNAME', 'frameq_lease_period' LANGUAGE C STABLE
+	SET search_path = pg_catalog, pg_temp;
+
+/* after a start or a clock jump: every current lease runs a full ttl from now */
+CREATE FUNCTION frameq._rearm_leases() RETURNS bigint
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	WITH r AS (
+		UPDATE frameq.host
+		   SET lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) frameq._lease_ttl()
+		 WHERE lease_expires_at IS NOT NULL RETURNING 1)
+	SELECT pg_catalog.count(*) FROM r
+$$;
+
+/*
+ * Hosts whose last renewal (or "since", the server's start or last clock
+ * jump, if later) is more than a lease period old have lost their lease:
+ * release their procs as host_lost, move their epoch on, mark them down.
+ * Each host is re-checked under its lock, so a heartbeat that got there
+ * first wins.
+ *
+ * Never stalled by another session: each host is expired in a block of its
+ * own, with lock_timeout = frameq.lock_wait for this transaction.  A host
+ * whose lock, or any row its release must lock (its procs, their frames
+ * and jobs, the host row), another session holds for longer than that is
+ * skipped: the block is undone, the server log says so, and the next
+ * round tries again.  Other hosts expire as usual.
+ */
+CREATE FUNCTION frameq._expire_leases(since timestamptz, at timestamptz DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	period interval := frameq.lease_period();
+	/*
+	 * "Now" as the worker read it, next to its clock-jump check: a step of
+	 * the clock after that check must not make leases look old in this
+	 * round (the next round sees the jump).
+	 */
+	at_time timestamptz := coalesce(at, pg_catalog.clock_timestamp());
+	saved_timeout text := pg_catalog.current_setting('lock_timeout');
+	candidate int;
+	h frameq.host;
+	n bigint := 0;
+BEGIN
+	PERFORM pg_catalog.set_config('lock_timeout',
+								  pg_catalog.current_setting('frameq.lock_wait'), true);
+	FOR candidate IN SELECT x.id FROM frameq.host x
+					  WHERE x.lease_expires_at IS NOT NULL
+						AND (greatest(x.last_renewal_at, since) OPERATOR(pg_catalog.+) period)
+							OPERATOR(pg_catalog.<) at_time
+					  ORDER BY x.id LOOP
+		BEGIN
+			IF NOT frameq._lock_host(candidate, NULL) THEN
+				RAISE LOG 'frameq worker: host % skipped this round: its lock is held by another session',
+					candidate;
+				CONTINUE;
+			END IF;
+			SELECT * INTO h FROM frameq.host x WHERE x.id OPERATOR(pg_catalog.=) candidate;
+			CONTINUE WHEN h.lease_expires_at IS NULL
+					   OR (greatest(h.last_renewal_at, since) OPERATOR(pg_catalog.+) period)
+						  OPERATOR(pg_catalog.>=) at_time;
+			PERFORM frameq._release_procs(ARRAY(SELECT x.id FROM frameq.proc x
+												 WHERE x.host OPERATOR(pg_catalog.=) h.id),
+										  'host_lost');
+			UPDATE frameq.host x SET lease_expires_at = NULL,
+				   epoch = x.epoch OPERATOR(pg_catalog.+) 1,
+				   state = CASE WHEN x.state OPERATOR(pg_catalog.=) 'up' THEN 'down' ELSE x.state END,
+				   down_reason = CASE WHEN x.state OPERATOR(pg_catalog.=) 'up'
+									  THEN 'lease_lost' ELSE x.down_reason END
+			 WHERE x.id OPERATOR(pg_catalog.=) h.id;
+			n := n OPERATOR(pg_catalog.+) 1;
+		EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+			RAISE LOG 'frameq worker: host % skipped this round: a row it needs is locked by another session (%)',
+				candidate, SQLERRM;
+		END;
+	END LOOP;
+	PERFORM pg_catalog.set_config('lock_timeout', saved_timeout, true);
+	RETURN n;
+END
+$$;
+
+/*
+ * Announce every kill order not yet sent, or not confirmed since the last
+ * send.  A proc row another session has locked (a completion in flight,
+ * say) is left for the next round (SKIP LOCKED): the worker never waits
+ * on a row lock here.
+ */
+CREATE FUNCTION frameq._send_kills(resend_ms int) RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	p record;
+	n bigint := 0;
+BEGIN
+	FOR p IN WITH due AS (
+				UPDATE frameq.proc x SET kill_sent_at = pg_catalog.clock_timestamp()
+				  FROM (SELECT y.id FROM frameq.proc y
+						 WHERE y.state OPERATOR(pg_catalog.=) 'killing'
+						   AND (y.kill_sent_at IS NULL
+								OR y.kill_sent_at OPERATOR(pg_catalog.<=)
+								   (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-)
+									pg_catalog.make_interval(secs => resend_ms OPERATOR(pg_catalog./) 1000.0)))
+						   FOR NO KEY UPDATE SKIP LOCKED) d
+				 WHERE x.id OPERATOR(pg_catalog.=) d.id
+				RETURNING x.id, x.host, x.kill_reason)
+			 SELECT * FROM due ORDER BY host, id LOOP
+		PERFORM pg_catalog.pg_notify('frameq_host_' OPERATOR(pg_catalog.||) p.host,
+									 pg_catalog.json_build_object('proc', p.id, 'reason', p.kill_reason)::text);
+		n := n OPERATOR(pg_catalog.+) 1;
+	END LOOP;
+	RETURN n;
+END
+$$;
+
+/* the worker's step: finish the jobs in frameq.job_finish_check that are done; returns how many it settled */
+CREATE FUNCTION frameq._finish_checked_jobs() RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	c record;
+	n bigint := 0;
+BEGIN
+	FOR c IN SELECT x.job FROM frameq.job_finish_check x ORDER BY x.job LOOP
+		BEGIN
+			/* the worker's lock_timeout (frameq.lock_wait) bounds this wait */
+			PERFORM 1 FROM frameq.job j WHERE j.id = c.job FOR NO KEY UPDATE;
+			PERFORM frameq._finish_job_if_done(c.job);
+			DELETE FROM frameq.job_finish_check x WHERE x.job = c.job;
+			n := n + 1;
+		EXCEPTION WHEN lock_not_available THEN
+			RAISE LOG 'frameq worker: job % is still locked by another session; asked again next round', c.job;
+		END;
+	END LOOP;
+	RETURN n;
+END
+$$;
+
+/* is the server still in the quarantine after its start (src/worker.c)? */
+CREATE FUNCTION frameq._in_quarantine() RETURNS bool
+	AS 'MODULE_PATHNAME', 'frameq_in_quarantine_sql' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
+
+/* is the worker up, and since and until when is the quarantine */
+CREATE FUNCTION frameq.worker_status(OUT started bool, OUT quarantine_start timestamptz,
+									 OUT quarantine_until timestamptz,
+									 OUT leases_since timestamptz)
+	AS 'MODULE_PATHNAME', 'frameq_worker_status' LANGUAGE C VOLATILE STRICT
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
