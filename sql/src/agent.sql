@@ -180,12 +180,16 @@ LANGUAGE sql STABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 /*
- * True iff the proc is live and not being killed.  A render calls it in the
- * transaction that publishes its output.  It is a fence, not a look: the
- * KEY SHARE lock it takes on the proc row makes any release (a DELETE of
- * the row) wait until the publishing transaction has ended, so the frame
- * cannot be booked elsewhere between the check and the publish.  A kill
- * order (an UPDATE that leaves the key alone) does not wait for it.
+ * True iff the proc is live, in state running, and secret is its run
+ * secret: the caller is the proc's own render.  Then it is a fence, not a
+ * look: the KEY SHARE lock it takes on the proc row makes any release (a
+ * DELETE of the row) wait until the render's publishing transaction has
+ * ended, so the frame cannot be booked elsewhere between the check and the
+ * publish.  A kill order (an UPDATE that leaves the key alone) does not
+ * wait for it.  For anyone without the secret it is false and locks
+ * nothing, so an idle reader cannot hold up a release.  (The secrets are
+ * compared with a plain "=": the time it takes leaks nothing that helps,
+ * as a guess costs a round trip and the secret has 128 bits.)
  */
 CREATE FUNCTION frameq.owns(proc bigint, secret text DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$

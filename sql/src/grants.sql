@@ -28,7 +28,10 @@ BEGIN
 END
 $$;
 
-/* new functions are executable by PUBLIC until revoked: revoke them all, then grant each role its own */
+/*
+ * New functions are executable by PUBLIC until revoked: revoke them all,
+ * then grant each role its own.
+ */
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA frameq FROM PUBLIC;
 /* the run secrets' key: the extension's owner only */
 REVOKE ALL ON frameq.run_secret_key FROM PUBLIC;

@@ -239,6 +239,11 @@ BEGIN
 END
 $$;
 
+/*
+ * A job from its JSON spec (doc/reference.md): every field is checked
+ * first, then the job, its layers, their limits and their frames are
+ * written.  Returns the job's id.
+ */
 CREATE FUNCTION frameq.submit(spec jsonb) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
@@ -449,10 +454,10 @@ END
 $$;
 
 /*
- * Job control: each first asks whether the caller may act on that job's
- * show.
+ * Change a job's priority or caps, pause or resume it.  Like every job
+ * control (operator.sql), it first asks whether the caller may act on the
+ * job's show.
  */
-
 CREATE FUNCTION frameq.set_job(job bigint, priority int DEFAULT NULL,
 							   max_cores numeric DEFAULT NULL, max_gpus int DEFAULT NULL,
 							   paused bool DEFAULT NULL, clear_caps bool DEFAULT false)

@@ -26,7 +26,10 @@
  * ---------------------------------------------------------------------
  */
 
-/* at most 64 characters of a value, for a message; src/util.c's frameq_clip() is the same rule for C */
+/*
+ * At most 64 characters of a value, for a message.  src/util.c's
+ * frameq_clip() is the same rule for C.
+ */
 CREATE FUNCTION frameq._clip(value text) RETURNS text
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 	SELECT CASE WHEN pg_catalog.length(value) > 64

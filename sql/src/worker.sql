@@ -9,7 +9,8 @@
 
 /* a lease's ttl: frameq.lease_ttl */
 CREATE FUNCTION frameq._lease_ttl() RETURNS interval
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT current_setting('frameq.lease_ttl')::interval $$;
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp AS $$ SELECT current_setting('frameq.lease_ttl')::interval $$;
 
 /*
  * How long after its last renewal a lease is surely over: lease_ttl *
@@ -129,7 +130,10 @@ BEGIN
 END
 $$;
 
-/* the worker's step: finish the jobs in frameq.job_finish_check that are done; returns how many it settled */
+/*
+ * The worker's step: finish the jobs in frameq.job_finish_check that are
+ * done; returns how many it settled.
+ */
 CREATE FUNCTION frameq._finish_checked_jobs() RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
