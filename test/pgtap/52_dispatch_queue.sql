@@ -1,5 +1,5 @@
 /*
- * The dispatch queue (sql/0.2.0/40_dispatch.sql, doc/design-notes-dispatch.md)
+ * The dispatch queue (sql/src/dispatch.sql, doc/design-notes-dispatch.md)
  * follows every way a frame becomes bookable or stops being so: a layer
  * that ran dry leaves it and comes back when a frame is retried; a paused
  * job's rows are tidied and come back on resume; a priority change is
