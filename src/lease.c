@@ -132,6 +132,29 @@ frameq_host_check_epoch(const FrameqHost *host, const char *name, int64 epoch)
 				 errhint("The agent must stop its renders and call frameq.attach() again.")));
 }
 
+PG_FUNCTION_INFO_V1(frameq_authenticate);
+
+/*
+ * frameq._authenticate(host, token): the SQL entry points' token check,
+ * the same as the C ones' (frameq_host_authenticate).  A null host is
+ * refused as such; a null token is simply not the host's.
+ */
+Datum
+frameq_authenticate(PG_FUNCTION_ARGS)
+{
+	int32		id;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						errmsg("host must not be null")));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "frameq: SPI_connect failed");
+	id = frameq_host_authenticate(PG_GETARG_TEXT_PP(0),
+								  PG_ARGISNULL(1) ? cstring_to_text("") : PG_GETARG_TEXT_PP(1));
+	SPI_finish();
+	PG_RETURN_INT32(id);
+}
+
 /*
  * The lease period: lease_ttl * (1 + clock_drift) + lease_margin, in
  * microseconds.  A lease renewed at T has surely ended, by the server's
