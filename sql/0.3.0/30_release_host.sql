@@ -119,22 +119,8 @@ BEGIN
 	IF array_position(running, NULL) IS NOT NULL THEN
 		RAISE EXCEPTION 'running must not contain null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	IF epoch <> h.epoch THEN
-		RAISE EXCEPTION 'lease epoch % of host "%" is not current', epoch, host
-			USING ERRCODE = 'FQ001', DETAIL = format('The host''s current epoch is %s.', h.epoch),
-				  HINT = 'The agent must stop its renders and call frameq.attach() again.';
-	END IF;
-	/*
-	 * An expired lease is never revived.  In the quarantine after a start
-	 * every lease is being re-armed, so only one the worker has ended
-	 * (NULL) counts as expired then.
-	 */
-	IF h.lease_expires_at IS NULL
-	   OR (h.lease_expires_at <= clock_timestamp() AND NOT frameq._in_quarantine()) THEN
-		RAISE EXCEPTION 'lease of host "%" has expired', host
-			USING ERRCODE = 'FQ002',
-				  HINT = 'The agent must stop its renders and call frameq.attach() again.';
-	END IF;
+	/* fencing, as reserve() does it (src/lease.c): FQ001, FQ002 */
+	PERFORM frameq._check_lease(h.id, host, epoch);
 
 	/*
 	 * Confirm kills and losses.  A row lock held outside frameq_admin (a

@@ -1,5 +1,8 @@
 /*
- * A host's token is checked by one piece of code, in C
+ * A host's token, and its epoch and lease, are each checked by one piece
+ * of code, in C (src/lease.c).
+ *
+ * The token: frameq_host_authenticate, in C
  * (frameq_host_authenticate, src/lease.c), for the C entry points
  * (reserve, complete) and, through frameq._authenticate(), for the SQL
  * ones (attach, heartbeat, via _host_lock).  0.2.0 had a second check in
@@ -28,3 +31,12 @@ END
 $$;
 
 DROP FUNCTION frameq._check_token(frameq.host, text, text);
+
+/*
+ * The epoch and lease: frameq_host_check_epoch, for reserve() and, through
+ * frameq._check_lease(), for heartbeat.  0.2.0's heartbeat had its own
+ * copy in plpgsql.
+ */
+CREATE FUNCTION frameq._check_lease(host_id int, host text, epoch bigint) RETURNS void
+	AS 'MODULE_PATHNAME', 'frameq_check_lease' LANGUAGE C VOLATILE
+	SET search_path = pg_catalog, pg_temp;
