@@ -73,7 +73,6 @@ static int	nprecharged = 0;
 static int	precharged_cap = 0;
 static LocalTransactionId precharged_lxid = InvalidLocalTransactionId;
 
-#define MAX_LAYER_LIMITS 12		/* plus subscription, folder, job: 15 items */
 #define FRAME_BATCH 32			/* frames charged and claimed per statement */
 
 typedef struct ShowCandidate
@@ -108,8 +107,8 @@ typedef struct LayerCandidate
 	char	   *command;
 	Datum		env;
 	int			nlimits;
-	int32		limit_ids[MAX_LAYER_LIMITS];
-	int32		limit_caps[MAX_LAYER_LIMITS];
+	int32		limit_ids[FRAMEQ_MAX_LAYER_LIMITS];
+	int32		limit_caps[FRAMEQ_MAX_LAYER_LIMITS];
 } LayerCandidate;
 
 /* what skipping a failed charge means for the walk */
@@ -403,11 +402,11 @@ load_layer(int64 id, LayerCandidate *l)
 	caps = SPI_getbinval(tup, desc, 12, &isnull);
 	deconstruct_array(DatumGetArrayTypeP(ids), INT4OID, 4, true, TYPALIGN_INT,
 					  &elems, NULL, &nelems);
-	if (nelems > MAX_LAYER_LIMITS)
+	if (nelems > FRAMEQ_MAX_LAYER_LIMITS)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("layer %lld has more than %d limits", (long long) l->id,
-						MAX_LAYER_LIMITS)));
+						FRAMEQ_MAX_LAYER_LIMITS)));
 	l->nlimits = nelems;
 	for (int k = 0; k < nelems; k++)
 		l->limit_ids[k] = DatumGetInt32(elems[k]);
@@ -543,7 +542,7 @@ typedef struct LayerBooking
 	const ShowCandidate *show;
 	const JobCandidate *job;
 	const LayerCandidate *layer;
-	LedgerItem	items[16];
+	LedgerItem	items[FRAMEQ_MAX_PROC_ITEMS];
 	int			nitems;
 	FrameTry   *tries;
 	int			ncharged;
@@ -669,7 +668,7 @@ proc_insert_args(LayerBooking *b, Datum *args, char *nulls)
 	Datum	   *ids = palloc(sizeof(Datum) * n);
 	Datum	   *frames = palloc(sizeof(Datum) * n);
 	Datum	   *cores = palloc(sizeof(Datum) * n);
-	Datum		limits[MAX_LAYER_LIMITS];
+	Datum		limits[FRAMEQ_MAX_LAYER_LIMITS];
 
 	for (int k = 0; k < n; k++)
 	{

@@ -82,6 +82,14 @@ typedef enum LedgerKind
 
 #define LEDGER_NO_CAP	(-1)
 
+/*
+ * The most limits a layer may name (submit refuses more, 54000), and so
+ * the most ledger items one proc counts against: subscription, folder,
+ * job and its limits.
+ */
+#define FRAMEQ_MAX_LAYER_LIMITS	12
+#define FRAMEQ_MAX_PROC_ITEMS	(3 + FRAMEQ_MAX_LAYER_LIMITS)
+
 /* one capped entity a booking counts against, with its caps (-1: none) */
 typedef struct LedgerItem
 {

@@ -58,7 +58,7 @@ typedef struct ProcRow
 	int32		folder;
 	int32		allocation;
 	int			nlimits;
-	int32		limits[16];
+	int32		limits[FRAMEQ_MAX_LAYER_LIMITS];
 	int32		cores_cc;
 	int64		memory;
 	int32		gpus;
@@ -102,10 +102,10 @@ read_proc(HeapTuple tup, TupleDesc desc, ProcRow *p)
 	d = proc_col(tup, desc, "limits", &isnull);
 	deconstruct_array(DatumGetArrayTypeP(d), INT4OID, 4, true, TYPALIGN_INT,
 					  &elems, NULL, &nelems);
-	if (nelems > 12)
+	if (nelems > FRAMEQ_MAX_LAYER_LIMITS)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("a proc may count against at most 12 limits")));
+				 errmsg("a proc may count against at most %d limits", FRAMEQ_MAX_LAYER_LIMITS)));
 	p->nlimits = nelems;
 	for (int i = 0; i < nelems; i++)
 		p->limits[i] = DatumGetInt32(elems[i]);
@@ -493,7 +493,7 @@ frameq_proc_after_insert(PG_FUNCTION_ARGS)
 		bool		should_free;
 		HeapTuple	tup = ExecFetchSlotHeapTuple(slot, false, &should_free);
 		ProcRow		p;
-		LedgerItem	items[16];
+		LedgerItem	items[FRAMEQ_MAX_PROC_ITEMS];
 
 		read_proc(tup, desc, &p);
 		if (!frameq_adopt_precharge(p.id))
@@ -804,7 +804,7 @@ frameq_proc_after_delete(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 	ProcRow		p;
-	LedgerItem	items[16];
+	LedgerItem	items[FRAMEQ_MAX_PROC_ITEMS];
 	int			nitems;
 	uint32		parked;
 	ReleaseContext ctx;
