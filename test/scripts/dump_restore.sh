@@ -2,12 +2,13 @@
 # pg_dump and pg_restore of a farm with live work, into a fresh cluster, by
 # the procedure of doc/reference.md ("Backup and restore").
 #
-# The source is test/run's cluster (database frameq_test): a farm with a
-# finished job (one failed attempt, retried, and two successes in the run
-# history), a live job in a capped folder under a limit (four procs on h1,
-# one of them with a kill order, one on the silent host h4), a job at its
-# job cap (two procs on h2), a job with only waiting frames, a host put down
-# by an operator, a show granted to a role and to a role dropped since.
+# The source is test/run's cluster (database frameq_test, frameq installed
+# afresh): a farm with a finished job (one failed attempt, retried, and two
+# successes in the run history), a live job in a capped folder under a
+# limit (four procs on h1, one of them with a kill order, one on the silent
+# host h4), a job at its job cap (two procs on h2), a job with only waiting
+# frames, a host put down by an operator, a show granted to a role and to a
+# role dropped since.
 # Its roles are dumped with pg_dumpall --globals-only and the database with
 # pg_dump -Fc, in a snapshot that the test reads too, so the rows compared
 # are exactly the rows dumped.
@@ -102,6 +103,9 @@ def heartbeat(q, h):
              h["name"], h["token"], h["epoch"], h["procs"])[0][0]
 
 # ------------------------------------------------------------ the farm
+# on a fresh install: nothing that earlier tests left goes into the dump
+sq("DROP EXTENSION frameq CASCADE")
+sq("CREATE EXTENSION frameq")
 sq("DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'dr_artists') THEN"
    "  CREATE ROLE dr_artists NOLOGIN; END IF; END$$")
 sq("DROP ROLE IF EXISTS dr_gone")
