@@ -114,9 +114,14 @@ extern bool db_connect(const char *conninfo, const char *host);
 extern void db_disconnect(const char *why);
 extern int	db_socket(void);
 
-/* the connected database's name, and its frameq version ("" if none) */
+/*
+ * The connected database's name, and its frameq version ("" if none) as
+ * read at connect or by the last db_reread_extension_version (false if
+ * that failed: the connection may be closed).
+ */
 extern const char *db_database(void);
 extern const char *db_extension_version(void);
+extern bool db_reread_extension_version(int timeout_ms);
 
 /*
  * Run one statement with parameters, waiting at most timeout_ms.  Returns

@@ -173,6 +173,26 @@ db_extension_version(void)
 	return conn ? ext_version : "";
 }
 
+bool
+db_reread_extension_version(int timeout_ms)
+{
+	PGresult   *res = db_exec("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'frameq'",
+							  0, NULL, timeout_ms, NULL);
+
+	if (!res)
+		return false;
+	if (!db_ok(res))
+	{
+		log_event("warning", "message=\"cannot read the frameq extension's version: %s\"", db_error(res));
+		PQclear(res);
+		return false;
+	}
+	snprintf(ext_version, sizeof(ext_version), "%s",
+			 PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "");
+	PQclear(res);
+	return true;
+}
+
 const char *
 db_database(void)
 {

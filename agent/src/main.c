@@ -45,7 +45,8 @@
  * gives up on it: it makes no call until the file changes or a SIGHUP.
  *
  * The extension's version is read on every connect (a failover may reach a
- * server whose database is at another version).  If the agent does not
+ * server whose database is at another version) and before every attach
+ * (ALTER EXTENSION may have run since).  If the agent does not
  * speak it, or frameq is not installed there, it makes no call, kills its
  * renders if it holds a lease, and exits with EXIT_VERSION.
  */
@@ -354,7 +355,7 @@ version_cmp(const long a[3], const long b[3])
 }
 
 /*
- * Just connected: is the database's frameq one this agent speaks
+ * Just connected, or about to attach: is the database's frameq one this agent speaks
  * (FRAMEQ_OLDEST to FRAMEQ_NEWEST)?  If not, say which version it is and
  * what to do, disconnect, and stop: kill the renders of the lease held, if
  * any, and exit with EXIT_VERSION once none is alive (main()).
@@ -884,6 +885,13 @@ step(void)
 	if (phase == PH_ATTACH)
 	{
 		if (stopping || now < next_heartbeat)
+			return;
+		if (!db_reread_extension_version(call_timeout_ms()))
+		{
+			next_heartbeat = lease_clock_ns() + SEC(1);
+			return;
+		}
+		if (!extension_spoken())
 			return;
 		if (!do_attach())
 			return;

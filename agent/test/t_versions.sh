@@ -17,6 +17,10 @@
 #  5. frameq 0.2.0: the agent attaches (reserve is refused by this server's
 #     library until the update); after ALTER EXTENSION frameq UPDATE it
 #     books and runs a frame without a restart.
+#  6. The version is read again before every attach, not only on connect:
+#     with extversion set to 0.1.0 and the host confirmed dead, the agent's
+#     next heartbeat loses the lease, and on the same connection it refuses
+#     to attach again and exits 3.
 source "$(dirname "$0")/lib.sh"
 
 start_cluster 6s
@@ -108,6 +112,16 @@ wait_for 30 "d runs the job after the update" job_finished "$job" &&
 	ok "after ALTER EXTENSION frameq UPDATE the same agent books and runs a frame"
 agent_alive d && ok "d is still up" || fail "d exited"
 check_clean
-stop_agent d
-[[ $AGENT_RC == 0 ]] || fail "agent d exited $AGENT_RC"
+
+# ---- 6: read again before an attach on the same connection
+q "UPDATE pg_extension SET extversion = '0.1.0' WHERE extname = 'frameq'" >/dev/null
+q "SELECT frameq.confirm_host_dead('$(host_name d)')" >/dev/null
+wait_agent_exit d 20
+q "UPDATE pg_extension SET extversion = '0.3.0' WHERE extname = 'frameq'" >/dev/null
+agent_log_has d ' lease-lost .*FQ001' || fail "re-attach: d did not lose its lease on FQ001"
+[[ $(grep -c ' connected ' "$T/d.log") == 1 ]] || fail "re-attach: d connected $(grep -c ' connected ' "$T/d.log") times"
+line=$(grep -m1 ' version-refused ' "$T/d.log")
+grep -qF 'is 0.1.0, older than this agent speaks' <<<"$line" && [[ $AGENT_RC == 3 ]] &&
+	ok "re-attach: the version is read again before attaching on the same connection; exit 3" ||
+	fail "re-attach: exit $AGENT_RC, $line"
 finish
