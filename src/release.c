@@ -797,6 +797,17 @@ release_frame(const ProcRow *p, const ReleaseContext *ctx)
 												 SPI_tuptable->tupdesc, 1, NULL));
 }
 
+/*
+ * Where a released frame goes when the releaser does not say (a host-wide
+ * release, a bare DELETE): where its kill order wanted it, if it was being
+ * killed, else back to waiting.  The one place this rule lives.
+ */
+static const char *
+default_end_state(const ProcRow *p)
+{
+	return p->killing ? p->want_state : "waiting";
+}
+
 PG_FUNCTION_INFO_V1(frameq_proc_after_delete);
 
 Datum
@@ -823,8 +834,9 @@ frameq_proc_after_delete(PG_FUNCTION_ARGS)
 		memset(&ctx, 0, sizeof(ctx));
 		ctx.proc = p.id;
 		ctx.reason = "operator";
-		ctx.new_state = p.killing ? p.want_state : "waiting";
 	}
+	if (ctx.new_state == NULL)
+		ctx.new_state = default_end_state(&p);
 
 	nitems = proc_items(&p, items);
 	parked = frameq_ledger_release(items, nitems, p.cores_cc, p.gpus);
@@ -1001,11 +1013,15 @@ frameq_release_proc(PG_FUNCTION_ARGS)
 	uint64		deleted;
 
 	frameq_require_preload();
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		elog(ERROR, "frameq: _release needs a proc and a reason");
 	memset(&ctx, 0, sizeof(ctx));
 	ctx.proc = PG_GETARG_INT64(0);
 	ctx.reason = checked_reason(text_to_cstring(PG_GETARG_TEXT_PP(1)));
-	ctx.new_state = checked_state(text_to_cstring(PG_GETARG_TEXT_PP(2)));
-	ctx.count_retry = PG_GETARG_BOOL(3);
+	/* NULL: the proc's default end state (default_end_state) */
+	ctx.new_state = PG_ARGISNULL(2) ? NULL :
+		checked_state(text_to_cstring(PG_GETARG_TEXT_PP(2)));
+	ctx.count_retry = !PG_ARGISNULL(3) && PG_GETARG_BOOL(3);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "frameq: SPI_connect failed");

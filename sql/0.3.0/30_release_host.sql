@@ -12,10 +12,21 @@
  * the round's expiry of every host).  _release_procs locks every proc it
  * is given, in id order, before it releases any, so all these paths take
  * proc rows before the host row, as complete() does (doc/design.md, Lock
- * order).  It also owns the state a released frame goes to: the proc's
- * wanted state if it was being killed, waiting otherwise.
+ * order).  The state each frame goes to is the release's default
+ * (src/release.c, default_end_state: the kill order's wanted state, or
+ * waiting), which _release applies when it is given none.
  * ---------------------------------------------------------------------
  */
+
+/*
+ * Release one proc; new_state NULL means the proc's default end state
+ * (0.1.0's version was STRICT, so it had to be given one).
+ */
+CREATE OR REPLACE FUNCTION frameq._release(proc bigint, reason text, new_state text,
+										   count_retry bool DEFAULT false)
+	RETURNS bool
+	AS 'MODULE_PATHNAME', 'frameq_release_proc' LANGUAGE C VOLATILE
+	SET search_path = pg_catalog, pg_temp;
 
 /*
  * Release these procs (those that still exist once locked), each with the
@@ -31,13 +42,12 @@ DECLARE
 BEGIN
 	PERFORM 1 FROM frameq.proc x WHERE x.id OPERATOR(pg_catalog.=) ANY (procs)
 	 ORDER BY x.id FOR NO KEY UPDATE OF x;
-	FOR p IN SELECT x.id, x.state, x.want_state FROM frameq.proc x
+	FOR p IN SELECT x.id, x.state FROM frameq.proc x
 			  WHERE x.id OPERATOR(pg_catalog.=) ANY (procs) ORDER BY x.id LOOP
 		PERFORM frameq._release(p.id,
 								coalesce(reason, CASE WHEN p.state OPERATOR(pg_catalog.=) 'killing'
 													  THEN 'killed' ELSE 'lost_by_agent' END),
-								CASE WHEN p.state OPERATOR(pg_catalog.=) 'killing'
-									 THEN p.want_state ELSE 'waiting' END);
+								NULL);
 		n := n OPERATOR(pg_catalog.+) 1;
 	END LOOP;
 	RETURN n;
