@@ -109,10 +109,10 @@ frameq_host_load(int32 host_id, FrameqHost *host)
 		(frameq_get_bool(tup, desc, 5, NULL) || frameq_in_quarantine());
 	host->tags = SPI_getbinval(tup, desc, 6, &isnull);
 	host->tags = SPI_datumTransfer(host->tags, false, -1);
-	host->idle_cc = frameq_get_int32(tup, desc, 7, NULL);
-	host->idle_memory = frameq_get_int64(tup, desc, 8, NULL);
-	host->idle_gpus = frameq_get_int32(tup, desc, 9, NULL);
-	host->idle_gpu_memory = frameq_get_int64(tup, desc, 10, NULL);
+	host->idle.cores_cc = frameq_get_int32(tup, desc, 7, NULL);
+	host->idle.memory = frameq_get_int64(tup, desc, 8, NULL);
+	host->idle.gpus = frameq_get_int32(tup, desc, 9, NULL);
+	host->idle.gpu_memory = frameq_get_int64(tup, desc, 10, NULL);
 }
 
 /*
