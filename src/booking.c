@@ -73,7 +73,6 @@ static int	nprecharged = 0;
 static int	precharged_cap = 0;
 static LocalTransactionId precharged_lxid = InvalidLocalTransactionId;
 
-#define MAX_LAYER_LIMITS 12		/* plus subscription, folder, job: 15 items */
 #define FRAME_BATCH 32			/* frames charged and claimed per statement */
 
 typedef struct ShowCandidate
@@ -108,8 +107,8 @@ typedef struct LayerCandidate
 	char	   *command;
 	Datum		env;
 	int			nlimits;
-	int32		limit_ids[MAX_LAYER_LIMITS];
-	int32		limit_caps[MAX_LAYER_LIMITS];
+	int32		limit_ids[FRAMEQ_MAX_LAYER_LIMITS];
+	int32		limit_caps[FRAMEQ_MAX_LAYER_LIMITS];
 } LayerCandidate;
 
 /* what skipping a failed charge means for the walk */
@@ -240,16 +239,24 @@ compare_shows(const void *a, const void *b)
 static bool
 host_has_room(const ReserveState *st)
 {
-	return st->booked < st->max_frames && st->host.idle_cc > 0;
+	return st->booked < st->max_frames && st->host.idle.cores_cc > 0;
+}
+
+/* what one frame of the layer takes from its host, at this many cores */
+static Resources
+frame_need(const LayerCandidate *layer, int32 cores)
+{
+	Resources	r = {cores, layer->memory, layer->gpus, layer->gpu_memory};
+
+	return r;
 }
 
 static bool
 layer_fits(const ReserveState *st, const LayerCandidate *layer)
 {
-	return layer->min_cc <= st->host.idle_cc &&
-		layer->memory <= st->host.idle_memory &&
-		layer->gpus <= st->host.idle_gpus &&
-		layer->gpu_memory <= st->host.idle_gpu_memory;
+	Resources	need = frame_need(layer, layer->min_cc);
+
+	return resources_fit(&need, &st->host.idle);
 }
 
 /* replace #FRAME#, #ZFRAME#, #JOB# and #LAYER# in a command template */
@@ -403,11 +410,11 @@ load_layer(int64 id, LayerCandidate *l)
 	caps = SPI_getbinval(tup, desc, 12, &isnull);
 	deconstruct_array(DatumGetArrayTypeP(ids), INT4OID, 4, true, TYPALIGN_INT,
 					  &elems, NULL, &nelems);
-	if (nelems > MAX_LAYER_LIMITS)
+	if (nelems > FRAMEQ_MAX_LAYER_LIMITS)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("layer %lld has more than %d limits", (long long) l->id,
-						MAX_LAYER_LIMITS)));
+						FRAMEQ_MAX_LAYER_LIMITS)));
 	l->nlimits = nelems;
 	for (int k = 0; k < nelems; k++)
 		l->limit_ids[k] = DatumGetInt32(elems[k]);
@@ -507,11 +514,10 @@ static void
 give_back(ReserveState *st, const LayerCandidate *layer, LedgerItem *items, int nitems,
 		  FrameTry *t)
 {
+	Resources	need = frame_need(layer, t->cores);
+
 	frameq_ledger_uncharge(items, nitems, t->cores, layer->gpus);
-	st->host.idle_cc += t->cores;
-	st->host.idle_memory += layer->memory;
-	st->host.idle_gpus += layer->gpus;
-	st->host.idle_gpu_memory += layer->gpu_memory;
+	resources_give(&st->host.idle, &need);
 	t->result = SKIP_FRAME;
 }
 
@@ -543,7 +549,7 @@ typedef struct LayerBooking
 	const ShowCandidate *show;
 	const JobCandidate *job;
 	const LayerCandidate *layer;
-	LedgerItem	items[16];
+	LedgerItem	items[FRAMEQ_MAX_PROC_ITEMS];
 	int			nitems;
 	FrameTry   *tries;
 	int			ncharged;
@@ -568,6 +574,7 @@ charge_frames(LayerBooking *b, int want)
 	while (b->ncharged < want)
 	{
 		FrameTry   *t = &b->tries[b->ncharged];
+		Resources	need;
 		int			failed;
 
 		if (!host_has_room(st))
@@ -575,7 +582,7 @@ charge_frames(LayerBooking *b, int want)
 		if (!layer_fits(st, layer))
 			return SKIP_LAYER;
 		/* a threadable layer takes what is free, up to its cores_max */
-		t->cores = layer->threadable ? Min(layer->max_cc, st->host.idle_cc) : layer->min_cc;
+		t->cores = layer->threadable ? Min(layer->max_cc, st->host.idle.cores_cc) : layer->min_cc;
 		failed = frameq_ledger_try_charge(b->items, b->nitems, t->cores, layer->gpus);
 		if (failed >= 0 && t->cores > layer->min_cc)
 		{
@@ -586,10 +593,8 @@ charge_frames(LayerBooking *b, int want)
 			return skip_for(b->items[failed].kind);
 		t->proc = frameq_random_id();
 		t->result = BOOKED;		/* so far */
-		st->host.idle_cc -= t->cores;
-		st->host.idle_memory -= layer->memory;
-		st->host.idle_gpus -= layer->gpus;
-		st->host.idle_gpu_memory -= layer->gpu_memory;
+		need = frame_need(layer, t->cores);
+		resources_take(&st->host.idle, &need);
 		b->ncharged++;
 	}
 	return SKIP_FRAME;
@@ -669,7 +674,7 @@ proc_insert_args(LayerBooking *b, Datum *args, char *nulls)
 	Datum	   *ids = palloc(sizeof(Datum) * n);
 	Datum	   *frames = palloc(sizeof(Datum) * n);
 	Datum	   *cores = palloc(sizeof(Datum) * n);
-	Datum		limits[MAX_LAYER_LIMITS];
+	Datum		limits[FRAMEQ_MAX_LAYER_LIMITS];
 
 	for (int k = 0; k < n; k++)
 	{
@@ -878,7 +883,7 @@ book_layer(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
 		 * is known to have the frames, and a concurrent booking may skip a
 		 * cap that is full only until the surplus is given back.
 		 */
-		want = Min(want, st->host.idle_cc / layer->min_cc);
+		want = Min(want, st->host.idle.cores_cc / layer->min_cc);
 		want = Min(want, FRAME_BATCH);
 		if (want <= 0)
 			break;
@@ -968,7 +973,7 @@ open_streams(const ReserveState *st, const ShowCandidate *show, Streams *out)
 {
 	Datum	   *host_tags;
 	int			nhost_tags;
-	int			ngpu = st->host.idle_gpus > 0 ? 2 : 1;
+	int			ngpu = st->host.idle.gpus > 0 ? 2 : 1;
 	Datum		args[7];
 
 	deconstruct_array(DatumGetArrayTypeP(st->host.tags), TEXTOID, -1, false, TYPALIGN_INT,
@@ -978,10 +983,10 @@ open_streams(const ReserveState *st, const ShowCandidate *show, Streams *out)
 	out->n = 0;
 	out->s = palloc(sizeof(Stream) * (nhost_tags + 1) * ngpu);
 	args[0] = Int32GetDatum(show->show);
-	args[3] = Int32GetDatum(st->host.idle_cc);
-	args[4] = Int64GetDatum(st->host.idle_memory);
-	args[5] = Int32GetDatum(st->host.idle_gpus);
-	args[6] = Int64GetDatum(st->host.idle_gpu_memory);
+	args[3] = Int32GetDatum(st->host.idle.cores_cc);
+	args[4] = Int64GetDatum(st->host.idle.memory);
+	args[5] = Int32GetDatum(st->host.idle.gpus);
+	args[6] = Int64GetDatum(st->host.idle.gpu_memory);
 	for (int g = 0; g < ngpu; g++)
 		for (int t = -1; t < nhost_tags; t++)
 		{

@@ -82,6 +82,14 @@ typedef enum LedgerKind
 
 #define LEDGER_NO_CAP	(-1)
 
+/*
+ * The most limits a layer may name (submit refuses more, 54000), and so
+ * the most ledger items one proc counts against: subscription, folder,
+ * job and its limits.
+ */
+#define FRAMEQ_MAX_LAYER_LIMITS	12
+#define FRAMEQ_MAX_PROC_ITEMS	(3 + FRAMEQ_MAX_LAYER_LIMITS)
+
 /* one capped entity a booking counts against, with its caps (-1: none) */
 typedef struct LedgerItem
 {
@@ -121,6 +129,45 @@ extern void frameq_ledger_read(LedgerKind kind, int64 id, int64 id2,
 							   int32 *cc, int32 *gpus, int32 *running);
 extern void frameq_ledger_note_proc_write(void);
 
+/*
+ * Room on a host, free or asked for: cores in hundredths, memory, gpus and
+ * gpu memory (bytes).  A host's free room and a frame's booking are
+ * compared and moved through the three functions below, never field by
+ * field.
+ */
+typedef struct Resources
+{
+	int32		cores_cc;
+	int64		memory;
+	int32		gpus;
+	int64		gpu_memory;
+} Resources;
+
+static inline bool
+resources_fit(const Resources *need, const Resources *room)
+{
+	return need->cores_cc <= room->cores_cc && need->memory <= room->memory &&
+		need->gpus <= room->gpus && need->gpu_memory <= room->gpu_memory;
+}
+
+static inline void
+resources_take(Resources *room, const Resources *r)
+{
+	room->cores_cc -= r->cores_cc;
+	room->memory -= r->memory;
+	room->gpus -= r->gpus;
+	room->gpu_memory -= r->gpu_memory;
+}
+
+static inline void
+resources_give(Resources *room, const Resources *r)
+{
+	room->cores_cc += r->cores_cc;
+	room->memory += r->memory;
+	room->gpus += r->gpus;
+	room->gpu_memory += r->gpu_memory;
+}
+
 /* lease.c */
 typedef struct FrameqHost
 {
@@ -130,10 +177,7 @@ typedef struct FrameqHost
 	bool		up;
 	bool		lease_current;
 	Datum		tags;			/* text[], in the caller's memory context */
-	int32		idle_cc;
-	int64		idle_memory;
-	int32		idle_gpus;
-	int64		idle_gpu_memory;
+	Resources	idle;			/* its free room */
 } FrameqHost;
 
 /* the longest token any call accepts (register_host hands out 64 hex digits) */

@@ -83,6 +83,7 @@ frameq_host_load(int32 host_id, FrameqHost *host)
 		Oid			types[1] = {INT4OID};
 
 		plan = frameq_prepare("SELECT allocation, epoch, state = 'up',"
+							  "       lease_expires_at IS NOT NULL,"
 							  "       coalesce(lease_expires_at > clock_timestamp(), false),"
 							  "       tags, idle_cc, idle_memory, idle_gpus, idle_gpu_memory"
 							  "  FROM frameq.host WHERE id = $1",
@@ -100,13 +101,18 @@ frameq_host_load(int32 host_id, FrameqHost *host)
 	host->allocation = frameq_get_int32(tup, desc, 1, NULL);
 	host->epoch = frameq_get_int64(tup, desc, 2, NULL);
 	host->up = frameq_get_bool(tup, desc, 3, NULL);
-	host->lease_current = frameq_get_bool(tup, desc, 4, NULL);
-	host->tags = SPI_getbinval(tup, desc, 5, &isnull);
+	/*
+	 * A lease the worker has ended (NULL) is over.  In the quarantine after
+	 * a start every lease is being re-armed, so one that looks past is not.
+	 */
+	host->lease_current = frameq_get_bool(tup, desc, 4, NULL) &&
+		(frameq_get_bool(tup, desc, 5, NULL) || frameq_in_quarantine());
+	host->tags = SPI_getbinval(tup, desc, 6, &isnull);
 	host->tags = SPI_datumTransfer(host->tags, false, -1);
-	host->idle_cc = frameq_get_int32(tup, desc, 6, NULL);
-	host->idle_memory = frameq_get_int64(tup, desc, 7, NULL);
-	host->idle_gpus = frameq_get_int32(tup, desc, 8, NULL);
-	host->idle_gpu_memory = frameq_get_int64(tup, desc, 9, NULL);
+	host->idle.cores_cc = frameq_get_int32(tup, desc, 7, NULL);
+	host->idle.memory = frameq_get_int64(tup, desc, 8, NULL);
+	host->idle.gpus = frameq_get_int32(tup, desc, 9, NULL);
+	host->idle.gpu_memory = frameq_get_int64(tup, desc, 10, NULL);
 }
 
 /*
@@ -130,6 +136,54 @@ frameq_host_check_epoch(const FrameqHost *host, const char *name, int64 epoch)
 				(errcode(ERRCODE_FRAMEQ_LEASE_EXPIRED),
 				 errmsg("lease of host \"%s\" has expired", name),
 				 errhint("The agent must stop its renders and call frameq.attach() again.")));
+}
+
+PG_FUNCTION_INFO_V1(frameq_check_lease);
+
+/*
+ * frameq._check_lease(host id, host name, epoch): heartbeat's fencing, the
+ * same as reserve()'s: FQ001 for an epoch that is not the host's, FQ002
+ * for a lease that is over.
+ */
+Datum
+frameq_check_lease(PG_FUNCTION_ARGS)
+{
+	FrameqHost	host;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		elog(ERROR, "frameq: _check_lease needs a host");
+	if (PG_ARGISNULL(2))
+		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						errmsg("epoch must not be null")));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "frameq: SPI_connect failed");
+	frameq_host_load(PG_GETARG_INT32(0), &host);
+	frameq_host_check_epoch(&host, frameq_clip_text(PG_GETARG_TEXT_PP(1)), PG_GETARG_INT64(2));
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(frameq_authenticate);
+
+/*
+ * frameq._authenticate(host, token): the SQL entry points' token check,
+ * the same as the C ones' (frameq_host_authenticate).  A null host is
+ * refused as such; a null token is simply not the host's.
+ */
+Datum
+frameq_authenticate(PG_FUNCTION_ARGS)
+{
+	int32		id;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						errmsg("host must not be null")));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "frameq: SPI_connect failed");
+	id = frameq_host_authenticate(PG_GETARG_TEXT_PP(0),
+								  PG_ARGISNULL(1) ? cstring_to_text("") : PG_GETARG_TEXT_PP(1));
+	SPI_finish();
+	PG_RETURN_INT32(id);
 }
 
 /*

@@ -712,8 +712,8 @@ int
 frameq_ledger_try_charge(const LedgerItem *items, int nitems,
 						 int32 cc, int32 gpus)
 {
-	LedgerEntry *entries[16];
-	LedgerKey	keys[16];
+	LedgerEntry *entries[FRAMEQ_MAX_PROC_ITEMS];
+	LedgerKey	keys[FRAMEQ_MAX_PROC_ITEMS];
 	uint64		generation;
 	int			failed = -1;
 

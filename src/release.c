@@ -58,7 +58,7 @@ typedef struct ProcRow
 	int32		folder;
 	int32		allocation;
 	int			nlimits;
-	int32		limits[16];
+	int32		limits[FRAMEQ_MAX_LAYER_LIMITS];
 	int32		cores_cc;
 	int64		memory;
 	int32		gpus;
@@ -102,10 +102,10 @@ read_proc(HeapTuple tup, TupleDesc desc, ProcRow *p)
 	d = proc_col(tup, desc, "limits", &isnull);
 	deconstruct_array(DatumGetArrayTypeP(d), INT4OID, 4, true, TYPALIGN_INT,
 					  &elems, NULL, &nelems);
-	if (nelems > 12)
+	if (nelems > FRAMEQ_MAX_LAYER_LIMITS)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("a proc may count against at most 12 limits")));
+				 errmsg("a proc may count against at most %d limits", FRAMEQ_MAX_LAYER_LIMITS)));
 	p->nlimits = nelems;
 	for (int i = 0; i < nelems; i++)
 		p->limits[i] = DatumGetInt32(elems[i]);
@@ -493,7 +493,7 @@ frameq_proc_after_insert(PG_FUNCTION_ARGS)
 		bool		should_free;
 		HeapTuple	tup = ExecFetchSlotHeapTuple(slot, false, &should_free);
 		ProcRow		p;
-		LedgerItem	items[16];
+		LedgerItem	items[FRAMEQ_MAX_PROC_ITEMS];
 
 		read_proc(tup, desc, &p);
 		if (!frameq_adopt_precharge(p.id))
@@ -797,6 +797,17 @@ release_frame(const ProcRow *p, const ReleaseContext *ctx)
 												 SPI_tuptable->tupdesc, 1, NULL));
 }
 
+/*
+ * Where a released frame goes when the releaser does not say (a host-wide
+ * release, a bare DELETE): where its kill order wanted it, if it was being
+ * killed, else back to waiting.  The one place this rule lives.
+ */
+static const char *
+default_end_state(const ProcRow *p)
+{
+	return p->killing ? p->want_state : "waiting";
+}
+
 PG_FUNCTION_INFO_V1(frameq_proc_after_delete);
 
 Datum
@@ -804,7 +815,7 @@ frameq_proc_after_delete(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 	ProcRow		p;
-	LedgerItem	items[16];
+	LedgerItem	items[FRAMEQ_MAX_PROC_ITEMS];
 	int			nitems;
 	uint32		parked;
 	ReleaseContext ctx;
@@ -823,8 +834,9 @@ frameq_proc_after_delete(PG_FUNCTION_ARGS)
 		memset(&ctx, 0, sizeof(ctx));
 		ctx.proc = p.id;
 		ctx.reason = "operator";
-		ctx.new_state = p.killing ? p.want_state : "waiting";
 	}
+	if (ctx.new_state == NULL)
+		ctx.new_state = default_end_state(&p);
 
 	nitems = proc_items(&p, items);
 	parked = frameq_ledger_release(items, nitems, p.cores_cc, p.gpus);
@@ -1001,11 +1013,15 @@ frameq_release_proc(PG_FUNCTION_ARGS)
 	uint64		deleted;
 
 	frameq_require_preload();
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		elog(ERROR, "frameq: _release needs a proc and a reason");
 	memset(&ctx, 0, sizeof(ctx));
 	ctx.proc = PG_GETARG_INT64(0);
 	ctx.reason = checked_reason(text_to_cstring(PG_GETARG_TEXT_PP(1)));
-	ctx.new_state = checked_state(text_to_cstring(PG_GETARG_TEXT_PP(2)));
-	ctx.count_retry = PG_GETARG_BOOL(3);
+	/* NULL: the proc's default end state (default_end_state) */
+	ctx.new_state = PG_ARGISNULL(2) ? NULL :
+		checked_state(text_to_cstring(PG_GETARG_TEXT_PP(2)));
+	ctx.count_retry = !PG_ARGISNULL(3) && PG_GETARG_BOOL(3);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "frameq: SPI_connect failed");

@@ -16,7 +16,19 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define AGENT_VERSION "0.2.0"
+#define AGENT_VERSION "0.3.0"
+
+/*
+ * The versions of the frameq extension this agent speaks.  What it calls
+ * (attach, heartbeat, reserve, complete) has the same arguments from 0.1.0
+ * to 0.3.0, but its renders are promised FRAMEQ_RUN_SECRET, which owns()
+ * checks, and both came with 0.2.0.  A newer extension may change what the
+ * calls mean, so it needs an agent built for it.  Outside this range the
+ * agent stops with EXIT_VERSION (main.c, extension_spoken).
+ */
+#define FRAMEQ_OLDEST "0.2.0"
+#define FRAMEQ_NEWEST "0.3.0"
+#define EXIT_VERSION 3
 
 #define NS_PER_SEC 1000000000LL
 
@@ -101,6 +113,15 @@ extern bool db_connected(void);
 extern bool db_connect(const char *conninfo, const char *host);
 extern void db_disconnect(const char *why);
 extern int	db_socket(void);
+
+/*
+ * The connected database's name, and its frameq version ("" if none) as
+ * read at connect or by the last db_reread_extension_version (false if
+ * that failed: the connection may be closed).
+ */
+extern const char *db_database(void);
+extern const char *db_extension_version(void);
+extern bool db_reread_extension_version(int timeout_ms);
 
 /*
  * Run one statement with parameters, waiting at most timeout_ms.  Returns

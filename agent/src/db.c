@@ -11,7 +11,9 @@
  *
  * Connections are made with target_session_attrs=read-write and TCP
  * keepalives, settings the operator's conninfo may override; but whatever
- * the conninfo says, a server in recovery (a standby) is refused.
+ * the conninfo says, a server in recovery (a standby) is refused.  Each
+ * connection also reads which version of the frameq extension its database
+ * has; main.c decides whether the agent speaks it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -26,6 +28,9 @@
 
 static PGconn *conn;
 static void (*notify_handler) (const char *channel, const char *payload);
+
+/* the frameq extension's version in the connected database; "" if none */
+static char ext_version[64];
 
 void
 db_set_notify_handler(void (*handler) (const char *channel, const char *payload))
@@ -136,6 +141,20 @@ db_connect(const char *conninfo, const char *host)
 		conn = NULL;
 		return false;
 	}
+
+	/* which frameq does this database have?  (pg_extension is readable by all) */
+	res = PQexec(conn, "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'frameq'");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+	{
+		log_event("connect-failed", "error=\"%s\"", log_clean(PQresultErrorMessage(res)));
+		PQclear(res);
+		PQfinish(conn);
+		conn = NULL;
+		return false;
+	}
+	snprintf(ext_version, sizeof(ext_version), "%s",
+			 PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "");
+	PQclear(res);
 	if (PQsetnonblocking(conn, 1) != 0)
 	{
 		log_event("connect-failed", "error=\"cannot make the connection non-blocking\"");
@@ -143,8 +162,41 @@ db_connect(const char *conninfo, const char *host)
 		conn = NULL;
 		return false;
 	}
-	log_event("connected", "server=%s port=%s", PQhost(conn), PQport(conn));
+	log_event("connected", "server=%s port=%s database=%s frameq=%s", PQhost(conn), PQport(conn),
+			  log_clean(PQdb(conn)), ext_version[0] ? log_clean(ext_version) : "none");
 	return true;
+}
+
+const char *
+db_extension_version(void)
+{
+	return conn ? ext_version : "";
+}
+
+bool
+db_reread_extension_version(int timeout_ms)
+{
+	PGresult   *res = db_exec("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'frameq'",
+							  0, NULL, timeout_ms, NULL);
+
+	if (!res)
+		return false;
+	if (!db_ok(res))
+	{
+		log_event("warning", "message=\"cannot read the frameq extension's version: %s\"", db_error(res));
+		PQclear(res);
+		return false;
+	}
+	snprintf(ext_version, sizeof(ext_version), "%s",
+			 PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "");
+	PQclear(res);
+	return true;
+}
+
+const char *
+db_database(void)
+{
+	return conn ? PQdb(conn) : "";
 }
 
 /* wait for the socket; false on timeout or error */

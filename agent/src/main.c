@@ -43,6 +43,12 @@
  * was rotated) makes the agent read its token file again, once, and retry
  * with what it holds now.  If the file holds the same token, the agent
  * gives up on it: it makes no call until the file changes or a SIGHUP.
+ *
+ * The extension's version is read on every connect (a failover may reach a
+ * server whose database is at another version) and before every attach
+ * (ALTER EXTENSION may have run since).  If the agent does not
+ * speak it, or frameq is not installed there, it makes no call, kills its
+ * renders if it holds a lease, and exits with EXIT_VERSION.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -115,6 +121,9 @@ static int64_t hint_beat_at;	/* when the last hint heartbeat was sent */
 /* the token was refused and the file held no other: no calls until it changes */
 static bool token_given_up;
 static int64_t next_token_check;
+
+/* the database's frameq is not one this agent speaks: stop once nothing runs */
+static bool version_refused;
 
 #define SEC(x) ((int64_t) ((x) * (double) NS_PER_SEC))
 
@@ -317,6 +326,81 @@ token_check(void)
 	next_reserve = 0;
 }
 
+/* "1.10.2" -> parts; false unless it is three dot-separated numbers */
+static bool
+parse_version(const char *v, long parts[3])
+{
+	for (int i = 0; i < 3; i++)
+	{
+		char	   *end;
+
+		if (*v < '0' || *v > '9')
+			return false;
+		parts[i] = strtol(v, &end, 10);
+		if (*end != (i < 2 ? '.' : '\0'))
+			return false;
+		v = end + (i < 2);
+	}
+	return true;
+}
+
+/* <0, 0, >0 as a is older than, the same as, newer than b (both parsed) */
+static int
+version_cmp(const long a[3], const long b[3])
+{
+	for (int i = 0; i < 3; i++)
+		if (a[i] != b[i])
+			return a[i] < b[i] ? -1 : 1;
+	return 0;
+}
+
+/*
+ * Just connected, or about to attach: is the database's frameq one this agent speaks
+ * (FRAMEQ_OLDEST to FRAMEQ_NEWEST)?  If not, say which version it is and
+ * what to do, disconnect, and stop: kill the renders of the lease held, if
+ * any, and exit with EXIT_VERSION once none is alive (main()).
+ */
+static bool
+extension_spoken(void)
+{
+	const char *found = db_extension_version();
+	long		v[3],
+				oldest[3],
+				newest[3];
+	char		msg[512];
+
+	if (!parse_version(FRAMEQ_OLDEST, oldest) || !parse_version(FRAMEQ_NEWEST, newest))
+		abort();				/* the defines above are wrong */
+	if (!found[0])
+		snprintf(msg, sizeof(msg),
+				 "the frameq extension is not installed in database %s: check the dbname in --conninfo (frameq runs in the database named by the server's frameq.database), or run CREATE EXTENSION frameq there",
+				 db_database());
+	else if (!parse_version(found, v))
+		snprintf(msg, sizeof(msg),
+				 "the frameq extension in database %s has version %s, which this agent cannot read (it speaks %s to %s)",
+				 db_database(), found, FRAMEQ_OLDEST, FRAMEQ_NEWEST);
+	else if (version_cmp(v, oldest) < 0)
+		snprintf(msg, sizeof(msg),
+				 "the frameq extension in database %s is %s, older than this agent speaks (%s to %s): run ALTER EXTENSION frameq UPDATE in that database, or run a frameq-agent built for %s",
+				 db_database(), found, FRAMEQ_OLDEST, FRAMEQ_NEWEST, found);
+	else if (version_cmp(v, newest) > 0)
+		snprintf(msg, sizeof(msg),
+				 "the frameq extension in database %s is %s, newer than this agent speaks (%s to %s): install a frameq-agent built for %s",
+				 db_database(), found, FRAMEQ_OLDEST, FRAMEQ_NEWEST, found);
+	else
+		return true;
+
+	log_event("version-refused", "agent=%s frameq=%s speaks=%s-%s exit_status=%d message=\"%s\"",
+			  AGENT_VERSION, found[0] ? log_clean(found) : "none", FRAMEQ_OLDEST, FRAMEQ_NEWEST,
+			  EXIT_VERSION, log_clean(msg));
+	fprintf(stderr, "frameq-agent: %s\n", msg);
+	version_refused = true;
+	db_disconnect("the frameq extension's version");
+	if (phase == PH_RUNNING)
+		lease_lost("the frameq extension's version is not one this agent speaks");
+	return false;
+}
+
 static bool
 do_attach(void)
 {
@@ -501,14 +585,10 @@ do_reserve(void)
 		snprintf(mf, sizeof(mf), "%d", max_frames);
 		params[3] = mf;
 	}
-	/*
-	 * The layer's env as rows: no JSON parsing here.  run_secret through
-	 * to_jsonb, so that a server still without it (0.1.0) answers NULL and
-	 * an agent can be upgraded before the extension.
-	 */
+	/* the layer's env as rows: no JSON parsing here */
 	res = db_exec("SELECT b.proc, b.frame, b.job, b.layer, b.frame_number, b.command, "
 				  "b.cores::text, b.memory, b.gpus, b.gpu_memory, e.key, e.value, "
-				  "to_jsonb(b) ->> 'run_secret' "
+				  "b.run_secret "
 				  "FROM frameq.reserve($1, $2, $3::bigint, $4::int) b "
 				  "LEFT JOIN LATERAL jsonb_each_text(b.env) e ON true",
 				  4, params, call_timeout_ms(), NULL);
@@ -746,6 +826,10 @@ step(void)
 		phase = PH_ATTACH;
 	}
 
+	/* a frameq this agent does not speak: no more calls (main() exits) */
+	if (version_refused)
+		return;
+
 	if (!db_connected())
 	{
 		if (now < next_connect)
@@ -758,6 +842,8 @@ step(void)
 		}
 		connect_failures = 0;
 		listening = false;
+		if (!extension_spoken())
+			return;
 	}
 
 	/* a refused token: nothing until the file holds another one */
@@ -799,6 +885,13 @@ step(void)
 	if (phase == PH_ATTACH)
 	{
 		if (stopping || now < next_heartbeat)
+			return;
+		if (!db_reread_extension_version(call_timeout_ms()))
+		{
+			next_heartbeat = lease_clock_ns() + SEC(1);
+			return;
+		}
+		if (!extension_spoken())
 			return;
 		if (!do_attach())
 			return;
@@ -882,6 +975,10 @@ wait_events(void)
 	{
 		if (next_token_check < wake)
 			wake = next_token_check;
+	}
+	else if (version_refused)
+	{
+		/* no more calls: only renders to wait for */
 	}
 	else if (!db_connected())
 	{
@@ -1041,6 +1138,11 @@ main(int argc, char **argv)
 		runs_reap(grace_ns);
 		if (stopping && shutdown_done())
 			break;
+		if (version_refused && runs_alive() == 0)
+		{
+			exit_code = EXIT_VERSION;
+			break;
+		}
 		wait_events();
 	}
 	db_disconnect("stopped");

@@ -12,10 +12,21 @@
  * the round's expiry of every host).  _release_procs locks every proc it
  * is given, in id order, before it releases any, so all these paths take
  * proc rows before the host row, as complete() does (doc/design.md, Lock
- * order).  It also owns the state a released frame goes to: the proc's
- * wanted state if it was being killed, waiting otherwise.
+ * order).  The state each frame goes to is the release's default
+ * (src/release.c, default_end_state: the kill order's wanted state, or
+ * waiting), which _release applies when it is given none.
  * ---------------------------------------------------------------------
  */
+
+/*
+ * Release one proc; new_state NULL means the proc's default end state
+ * (0.1.0's version was STRICT, so it had to be given one).
+ */
+CREATE OR REPLACE FUNCTION frameq._release(proc bigint, reason text, new_state text,
+										   count_retry bool DEFAULT false)
+	RETURNS bool
+	AS 'MODULE_PATHNAME', 'frameq_release_proc' LANGUAGE C VOLATILE
+	SET search_path = pg_catalog, pg_temp;
 
 /*
  * Release these procs (those that still exist once locked), each with the
@@ -31,13 +42,12 @@ DECLARE
 BEGIN
 	PERFORM 1 FROM frameq.proc x WHERE x.id OPERATOR(pg_catalog.=) ANY (procs)
 	 ORDER BY x.id FOR NO KEY UPDATE OF x;
-	FOR p IN SELECT x.id, x.state, x.want_state FROM frameq.proc x
+	FOR p IN SELECT x.id, x.state FROM frameq.proc x
 			  WHERE x.id OPERATOR(pg_catalog.=) ANY (procs) ORDER BY x.id LOOP
 		PERFORM frameq._release(p.id,
 								coalesce(reason, CASE WHEN p.state OPERATOR(pg_catalog.=) 'killing'
 													  THEN 'killed' ELSE 'lost_by_agent' END),
-								CASE WHEN p.state OPERATOR(pg_catalog.=) 'killing'
-									 THEN p.want_state ELSE 'waiting' END);
+								NULL);
 		n := n OPERATOR(pg_catalog.+) 1;
 	END LOOP;
 	RETURN n;
@@ -119,22 +129,8 @@ BEGIN
 	IF array_position(running, NULL) IS NOT NULL THEN
 		RAISE EXCEPTION 'running must not contain null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	IF epoch <> h.epoch THEN
-		RAISE EXCEPTION 'lease epoch % of host "%" is not current', epoch, host
-			USING ERRCODE = 'FQ001', DETAIL = format('The host''s current epoch is %s.', h.epoch),
-				  HINT = 'The agent must stop its renders and call frameq.attach() again.';
-	END IF;
-	/*
-	 * An expired lease is never revived.  In the quarantine after a start
-	 * every lease is being re-armed, so only one the worker has ended
-	 * (NULL) counts as expired then.
-	 */
-	IF h.lease_expires_at IS NULL
-	   OR (h.lease_expires_at <= clock_timestamp() AND NOT frameq._in_quarantine()) THEN
-		RAISE EXCEPTION 'lease of host "%" has expired', host
-			USING ERRCODE = 'FQ002',
-				  HINT = 'The agent must stop its renders and call frameq.attach() again.';
-	END IF;
+	/* fencing, as reserve() does it (src/lease.c): FQ001, FQ002 */
+	PERFORM frameq._check_lease(h.id, host, epoch);
 
 	/*
 	 * Confirm kills and losses.  A row lock held outside frameq_admin (a

@@ -13,4 +13,5 @@ REVOKE ALL ON FUNCTION
 	FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION frameq._ledger_parked() TO frameq_reader;
 GRANT SELECT ON frameq.dispatch_parked TO frameq_reader;
-REVOKE ALL ON FUNCTION frameq._release_procs(bigint[], text), frameq._proc_usage() FROM PUBLIC;
+REVOKE ALL ON FUNCTION frameq._release_procs(bigint[], text), frameq._proc_usage(),
+	frameq._authenticate(text, text), frameq._check_lease(int, text, bigint) FROM PUBLIC;
