@@ -39,6 +39,7 @@ SQL_SRC = $(addprefix sql/src/, \
 	worker.sql \
 	views.sql \
 	check.sql \
+	dump.sql \
 	grants.sql)
 
 DATA = sql/$(EXTENSION)--0.1.0.sql

@@ -81,22 +81,8 @@ BEGIN
 	IF array_position(running, NULL) IS NOT NULL THEN
 		RAISE EXCEPTION 'running must not contain null' USING ERRCODE = 'null_value_not_allowed';
 	END IF;
-	IF epoch <> h.epoch THEN
-		RAISE EXCEPTION 'lease epoch % of host "%" is not current', epoch, host
-			USING ERRCODE = 'FQ001', DETAIL = format('The host''s current epoch is %s.', h.epoch),
-				  HINT = 'The agent must stop its renders and call frameq.attach() again.';
-	END IF;
-	/*
-	 * An expired lease is never revived.  In the quarantine after a start
-	 * every lease is being re-armed, so only one the worker has ended
-	 * (NULL) counts as expired then.
-	 */
-	IF h.lease_expires_at IS NULL
-	   OR (h.lease_expires_at <= clock_timestamp() AND NOT frameq._in_quarantine()) THEN
-		RAISE EXCEPTION 'lease of host "%" has expired', host
-			USING ERRCODE = 'FQ002',
-				  HINT = 'The agent must stop its renders and call frameq.attach() again.';
-	END IF;
+	/* fencing, as reserve() does it (src/lease.c): FQ001, FQ002 */
+	PERFORM frameq._check_lease(h.id, host, epoch);
 
 	/*
 	 * Confirm kills and losses.  A row lock held outside frameq_admin (a
@@ -162,7 +148,8 @@ CREATE FUNCTION frameq.complete(host text, token text, epoch bigint, proc bigint
  * environment, run_secret in the booking) that proves to owns() that the
  * caller is that render.  It is derived, not stored: the first 32 hex
  * digits of sha256(key || int8send(proc)), with key 32 random bytes that
- * only the extension's owner can read (frameq.run_secret_key).
+ * only the extension's owner can read (frameq.run_secret_key; a restore
+ * replaces it with the dumped one: dump.sql).
  * src/booking.c computes the same.
  * ---------------------------------------------------------------------
  */

@@ -1,9 +1,13 @@
 
 /*
  * ---------------------------------------------------------------------
- * locks.sql: the host lock, and locks no other role can take, hold or
- * stretch (doc/security.md).
+ * locks.sql: the host lock and a host's checks, and locks no other role
+ * can take, hold or stretch (doc/security.md).
  *
+ * - A host's token, and its epoch and lease, are each checked by one piece
+ *   of code, in C (src/lease.c), for the C entry points (reserve,
+ *   complete) and, through _authenticate() and _check_lease(), for the SQL
+ *   ones (attach, heartbeat).
  * - The host lock is taken in C with a lock tag no SQL function can name
  *   (src/frameq.h), not as a SQL advisory lock, which any role that can
  *   connect could hold to stop the worker and that host's attach and
@@ -43,41 +47,37 @@ BEGIN
 END
 $$;
 
-/* 28P01 unless token is h's (a retired host has none) */
-CREATE FUNCTION frameq._check_token(h frameq.host, token text, host text) RETURNS void
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-	IF token IS NULL OR h.retired_at IS NOT NULL
-	   OR h.token_hash OPERATOR(pg_catalog.<>) pg_catalog.sha256(pg_catalog.convert_to(token, 'UTF8')) THEN
-		RAISE EXCEPTION 'invalid token for host "%"', frameq._clip(host)
-			USING ERRCODE = 'invalid_password';
-	END IF;
-END
-$$;
+/* 28P01 unless token is the host's (src/lease.c, frameq_host_authenticate); the host's id */
+CREATE FUNCTION frameq._authenticate(host text, token text) RETURNS int
+	AS 'MODULE_PATHNAME', 'frameq_authenticate' LANGUAGE C VOLATILE
+	SET search_path = pg_catalog, pg_temp;
 
 /*
- * Check a host's token and take the host's lock: the lock that reserve()
- * tries, the background worker's lease expiry takes, and attach() and
- * heartbeat() wait for (at most frameq.lock_wait).  It orders everything
- * that changes a host's lease or books onto it.  Lock order everywhere:
- * this lock, then proc rows, then the host row.  Returns the host row read
- * after locking.  The token is checked before the lock (a caller without
- * it never queues for the lock) and again after (it may have been rotated
- * while we waited).  Messages quote at most 64 characters of the name.
+ * heartbeat's fencing, the same as reserve()'s (src/lease.c): FQ001 for an
+ * epoch that is not the host's, FQ002 for a lease that is over
+ */
+CREATE FUNCTION frameq._check_lease(host_id int, host text, epoch bigint) RETURNS void
+	AS 'MODULE_PATHNAME', 'frameq_check_lease' LANGUAGE C VOLATILE
+	SET search_path = pg_catalog, pg_temp;
+
+/*
+ * Lock a host for its agent: check its token, take the host's lock (at
+ * most frameq.lock_wait), then check the token again, since it may have
+ * been rotated, or the host retired, while we waited.  The lock is the one
+ * that reserve() tries, the background worker's lease expiry takes, and
+ * attach() and heartbeat() wait for: it orders everything that changes a
+ * host's lease or books onto it.  Lock order everywhere: this lock, then
+ * proc rows, then the host row (doc/design.md, Lock order).  Returns the
+ * host row read after locking.
  */
 CREATE FUNCTION frameq._host_lock(host text, token text) RETURNS frameq.host
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	h frameq.host;
 BEGIN
-	/* tokens are 64 hex digits (src/frameq.h, FRAMEQ_MAX_TOKEN_BYTES): nothing much longer is hashed */
-	IF pg_catalog.octet_length(token) > 256 THEN
-		RAISE EXCEPTION 'token is too large: % bytes, at most 256', pg_catalog.octet_length(token)
-			USING ERRCODE = 'program_limit_exceeded';
-	END IF;
-	PERFORM frameq._check_token(frameq._host_by_name(host), token, host);
+	PERFORM frameq._authenticate(host, token);
 	h := frameq._host_lock_by_name(host);
-	PERFORM frameq._check_token(h, token, host);
+	PERFORM frameq._authenticate(host, token);
 	RETURN h;
 END
 $$;

@@ -125,12 +125,14 @@ CREATE TRIGGER host_keep_referenced_truncate BEFORE TRUNCATE ON frameq.host
 
 /*
  * Release one proc: delete it so the triggers free everything it holds.
- * reason is the run record's reason; new_state the frame's state afterwards.
+ * reason is the run record's reason; new_state the frame's state
+ * afterwards, NULL for the proc's default (src/release.c,
+ * default_end_state: its kill order's wanted state, or waiting).
  */
 CREATE FUNCTION frameq._release(proc bigint, reason text, new_state text,
 								count_retry bool DEFAULT false)
 	RETURNS bool
-	AS 'MODULE_PATHNAME', 'frameq_release_proc' LANGUAGE C VOLATILE STRICT
+	AS 'MODULE_PATHNAME', 'frameq_release_proc' LANGUAGE C VOLATILE
 	SET search_path = pg_catalog, pg_temp;
 
 /*
@@ -145,9 +147,9 @@ CREATE FUNCTION frameq._release(proc bigint, reason text, new_state text,
  * agent, locks its proc first and the host row second: the two could
  * deadlock.  _release_procs locks every proc it is given, in id order,
  * before it releases any, so all these paths take proc rows before the
- * host row, as complete() does (doc/design.md, Lock order).  It also owns
- * the state a released frame goes to: the proc's wanted state if it was
- * being killed, waiting otherwise.
+ * host row, as complete() does (doc/design.md, Lock order).  The state
+ * each frame goes to is the release's default, which _release applies
+ * when it is given none.
  * ---------------------------------------------------------------------
  */
 
@@ -165,13 +167,12 @@ DECLARE
 BEGIN
 	PERFORM 1 FROM frameq.proc x WHERE x.id OPERATOR(pg_catalog.=) ANY (procs)
 	 ORDER BY x.id FOR NO KEY UPDATE OF x;
-	FOR p IN SELECT x.id, x.state, x.want_state FROM frameq.proc x
+	FOR p IN SELECT x.id, x.state FROM frameq.proc x
 			  WHERE x.id OPERATOR(pg_catalog.=) ANY (procs) ORDER BY x.id LOOP
 		PERFORM frameq._release(p.id,
 								coalesce(reason, CASE WHEN p.state OPERATOR(pg_catalog.=) 'killing'
 													  THEN 'killed' ELSE 'lost_by_agent' END),
-								CASE WHEN p.state OPERATOR(pg_catalog.=) 'killing'
-									 THEN p.want_state ELSE 'waiting' END);
+								NULL);
 		n := n OPERATOR(pg_catalog.+) 1;
 	END LOOP;
 	RETURN n;

@@ -249,11 +249,14 @@ CREATE INDEX run_frame ON frameq.run (frame);
 /*
  * Which roles may submit to and control a show's jobs (admin.sql, show
  * grants).  role is an oid, not a name: a rename keeps its grants, a new
- * role of the same name gets none.
+ * role of the same name gets none.  As regrole it is still an oid, but a
+ * dump writes it as the role's name and a restore reads the name back, as
+ * pg_dump does for GRANTs (dump.sql), so that it names the same role in
+ * another cluster.
  */
 CREATE TABLE frameq.show_grant (
 	show		int NOT NULL REFERENCES frameq.show,
-	role		oid NOT NULL,
+	role		regrole NOT NULL,
 	granted_at	timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
 	PRIMARY KEY (show, role)
 );

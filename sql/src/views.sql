@@ -86,7 +86,7 @@ SELECT r.proc, r.frame, r.job, h.name AS host, r.epoch, r.started_at, r.ended_at
 
 /* which roles may submit to which show (a dropped role shows as its oid) */
 CREATE VIEW frameq.show_grants AS
-SELECT s.name AS show, coalesce(r.rolname::text, g.role::text) COLLATE "default" AS role, g.granted_at
+SELECT s.name AS show, coalesce(r.rolname::text, g.role::oid::text) COLLATE "default" AS role, g.granted_at
   FROM frameq.show_grant g
   JOIN frameq.show s ON s.id = g.show
   LEFT JOIN pg_catalog.pg_roles r ON r.oid = g.role;
