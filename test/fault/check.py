@@ -75,7 +75,10 @@ final.json -- the database read after quiescence (times are DB wall seconds):
     frames     [{id, job, layer, number, state, retries, attempts}]
     runs       [{proc, frame, job, host, epoch, started_at, ended_at,
                  exit_status, exit_signal, reason, end_state}]
-               ended_at/reason/end_state null while the run is live
+               ended_at/reason/end_state null while the run is live;
+               optional committed_at: when the transaction that ended the
+               run committed (null if unknown; the harness reads it with
+               track_commit_timestamp), which may be later than ended_at
     procs      [{id, frame, host, state}]  bookings still live at the end
     outputs    [{frame, proc, content}]    published output per frame;
                content is lines "proc=<P> chunk=<i>"
@@ -91,7 +94,26 @@ final.json -- the database read after quiescence (times are DB wall seconds):
                current lease after the quarantine (default true), room = the
                host had the free capacity of one frame (default true).
                Without it C5's passed_over rule is not applied (stats
-               reserves_recorded false).
+               reserves_recorded false).  up and room must be false
+               whenever the host may have been down or full: false only
+               excuses a call.  How the harness records them (test/fault/
+               dblog.py): each server logs every statement of the hosts'
+               login roles through auto_explain (log_analyze), so a call is
+               recorded only if it completed; at = log time - duration,
+               booked = the reserve() function scan's actual rows.  up is
+               false unless the call ran on a server past its quarantine
+               (the frameq worker's "started" line plus the period it
+               names, with no crash or shutdown since), after a heartbeat
+               or attach of that host on that server that committed before
+               the call and began less than ttl before its end, and outside
+               any operator action on the host (false_confirm_dead, until
+               ttl after it).  room is false if the host's runs that may
+               have been live during the call (started before its end, end
+               committed after its start; committed_at unknown: ended_at +
+               1 s) leave less than one frame's cores or memory, or if
+               another session's reserve, heartbeat or attach of the host
+               overlapped the call (it may have held the host's lock, and
+               reserve() returns nothing without waiting for it).
 Only the fields the checks use are validated.
 
 The freeze exception (doc/design.md, Fault model)
@@ -185,14 +207,22 @@ C5_liveness
                        dispatch.md): a reserve() of final.reserves that
                        booked nothing for a host up and with room, while a
                        frame was waiting since at least WAIT_SLACK (0.2) s
-                       before the call (since its submit event's wall time,
-                       or the end of a run that left it waiting, until its
-                       next run started, or forever if none did), and every
-                       cap group of its job had fewer DB runs than its cap
-                       overlapping [at, at + CLAIM_SLACK (1.0) s].  A frame
+                       before the call (and until its next run started, or
+                       forever if none did), and every cap group of its
+                       job had fewer DB runs than its cap overlapping
+                       [at, at + CLAIM_SLACK (1.0) s].  A frame
                        whose next run started within CLAIM_SLACK after the
                        call is excused: a concurrent call had claimed it.
-                       The harness farm's frames fit every host.
+                       The harness farm's frames fit every host. A frame
+                       waits from its submit event to its first run, and
+                       from the end of each run that left it waiting
+                       (committed_at if later) to the next run; the
+                       frames of a lost_submit job never wait. A call at
+                       most LOSS_WINDOW before a failover began (or during
+                       one) that would pass a frame over is excused (stats
+                       reserves_lost_in_failover): the failover may have
+                       lost the bookings that made the frame, or the host,
+                       busy on the old primary.
 C6_tokens
     proc_reused        two DB runs, or two render start events, with one proc
                        id; or a render whose proc's DB run is for another
@@ -408,6 +438,9 @@ def load_final(path):
             raise InputError(f"{path}: {key!r} should be a list")
         for i, row in enumerate(final[key]):
             need(row, schema, f"{path}: {key}[{i}]")
+    for i, run in enumerate(final["runs"]):
+        if not _is(run.get("committed_at"), NUM + OPT):
+            raise InputError(f"{path}: runs[{i}]: 'committed_at' should be {NUM + OPT}")
     for job in final["jobs"]:
         if not all(isinstance(g, str) for g in job["groups"]):
             raise InputError(f"{path}: job {job['id']}: groups must be strings")
@@ -547,12 +580,15 @@ class Checker:
         self.job_of_frame = {fr["id"]: fr["job"] for fr in self.final["frames"]}
         self.job_of_frame.update(self.submitted)
         # failovers as monotonic [on, off]: the old primary stops after "on"
+        # and the same in wall seconds, for the DB's times
         self.failover_windows = []
+        self.failover_walls = []
         for e in self.harness:
             if e["ev"] == "fault_on" and e["kind"] == "failover":
-                off = next((x["t"] for x in self.harness if x["ev"] == "fault_off"
-                            and x["id"] == e["id"] and x["t"] >= e["t"]), self.heal["t"])
-                self.failover_windows.append((e["t"], off))
+                off = next((x for x in self.harness if x["ev"] == "fault_off"
+                            and x["id"] == e["id"] and x["t"] >= e["t"]), self.heal)
+                self.failover_windows.append((e["t"], off["t"]))
+                self.failover_walls.append((e["wall"], off["wall"]))
         for fz in (fz for lst in self.freezes_by_host.values() for fz in lst):
             if fz.off is None:
                 fz.off = self.heal["t"]
@@ -877,20 +913,30 @@ class Checker:
         self._passed_over()
 
     def _waiting_intervals(self):
-        """frame -> [(from, to)] in DB wall seconds: submitted or released to
-        waiting, until its next run started (INF if none did)."""
-        starts = collections.defaultdict(list)
+        """frame -> [(from, to)] in DB wall seconds: from its submit event
+        until its first run started, and from the end of each run that left
+        it waiting (its commit, if later) until the next run started; INF
+        if none did.  An interval may be empty: the harness logs a submit
+        after its commit, and a frame may be booked before that."""
+        submits = collections.defaultdict(list)
         for e in self.harness:
-            if e["ev"] == "submit":
+            # a lost submission's frames never existed on the final primary
+            # (which may have given their ids to other frames since)
+            if e["ev"] == "submit" and e["job"] not in self.lost_jobs:
                 for fid in e["frames"]:
-                    starts[fid].append(e["wall"])
-        for run in self.final["runs"]:
-            if run["ended_at"] is not None and run["end_state"] == "waiting":
-                starts[run["frame"]].append(run["ended_at"])
+                    submits[fid].append(e["wall"])
         intervals = {}
-        for fid, begins in starts.items():
-            booked = sorted(run["started_at"] for run in self.runs_by_frame.get(fid, ()))
-            intervals[fid] = [(b, next((s for s in booked if s >= b), INF)) for b in begins]
+        for fid in set(submits) | set(self.runs_by_frame):
+            runs = sorted(self.runs_by_frame.get(fid, ()), key=lambda run: run["started_at"])
+            starts = [run["started_at"] for run in runs[1:]] + [INF]
+            spans = [(w, runs[0]["started_at"] if runs else INF) for w in submits.get(fid, ())]
+            for run, next_start in zip(runs, starts):
+                if run["ended_at"] is not None and run["end_state"] == "waiting":
+                    # waiting for other sessions once the release has committed
+                    committed = run.get("committed_at")
+                    spans.append((run["ended_at"] if committed is None
+                                  else max(run["ended_at"], committed), next_start))
+            intervals[fid] = spans
         return intervals
 
     def _passed_over(self):
@@ -903,7 +949,7 @@ class Checker:
         runs = [(run["started_at"], INF if run["ended_at"] is None else run["ended_at"],
                  self.jobs[run["job"]]) for run in self.final["runs"]]
         waiting = self._waiting_intervals()
-        empty = passed = 0
+        empty = passed = lost = 0
         for call in sorted(reserves, key=lambda r: r["at"]):
             if call["booked"] > 0 or not call.get("up", True) or not call.get("room", True):
                 continue
@@ -917,6 +963,9 @@ class Checker:
                 if job is None or full.intersection(self.jobs.get(job, ())):
                     continue
                 if any(b <= at - WAIT_SLACK and e > until for b, e in spans):
+                    if any(on - LOSS_WINDOW <= at <= off for on, off in self.failover_walls):
+                        lost += 1
+                        break
                     passed += 1
                     self.violate(c, "passed_over",
                                  f"reserve() of {call['host']} at {call['at']:.3f} booked "
@@ -924,7 +973,8 @@ class Checker:
                                  f"it, within every cap",
                                  frame=fid, host=call["host"])
                     break
-        self.stats.update(reserves_empty=empty, reserves_passed_over=passed)
+        self.stats.update(reserves=len(reserves), reserves_empty=empty,
+                          reserves_passed_over=passed, reserves_lost_in_failover=lost)
 
     def c6_tokens(self):
         c = "C6_tokens"
@@ -1013,7 +1063,11 @@ def summary(verdict):
         "C4_caps": f"slot violations {s['slot_violations']} "
                    f"({s['slot_violations_allowed']} allowed)",
         "C5_liveness": f"recovery {s['recovery_seconds']:.1f} s of "
-                       f"{s['recovery_bound_seconds']:.1f} s",
+                       f"{s['recovery_bound_seconds']:.1f} s, "
+                       + (f"reserve calls {s['reserves']} ({s['reserves_empty']} empty with "
+                          f"the host up and room, {s['reserves_lost_in_failover']} excused "
+                          "by a failover)" if s["reserves_recorded"]
+                          else "reserve calls not recorded"),
         "C6_tokens": f"runs {sum(s['runs_by_reason'].values())}, "
                      f"renders unknown to the DB {s['renders_unknown_to_db']}",
         "C7_check": "",

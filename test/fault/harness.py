@@ -13,7 +13,8 @@ Topology (loopback; servers run as postgres via runuser):
 
 Phases: setup, load (jobs submitted to keep a backlog, faults injected one
 or two at a time), heal (every fault undone), quiescence (until every frame
-is terminal), final (read the database into final.json), check.
+is terminal), final (read the database into final.json; once the servers
+are stopped, add every reserve() call from their logs: dblog.py), check.
 
 Usage: harness.py --out DIR [--seed N] [--duration S] [--hosts N]
                   [--every-kind] [--port BASE] [--keep]
@@ -37,6 +38,9 @@ import traceback
 
 import psycopg2
 
+sys.dont_write_bytecode = True     # leave no __pycache__ in the tree
+import dblog  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 AGENT = os.path.join(REPO, "agent", "frameq-agent")
@@ -51,6 +55,7 @@ POLL = 1.0          # the worker's longest sleep
 RENDER_MAX = 2.8    # render.py's longest render, before publishing
 FREEZE_K = 5.0      # a frozen run must be dead this long after thawing
 HOST_CORES = 2
+HOST_MEMORY = 4294967296
 
 HOST_KINDS = ["agent_stop", "host_freeze", "agent_kill", "render_kill", "supervisor_kill",
               "proxy_blackhole", "proxy_reset", "proxy_delay", "drop_reports"]
@@ -58,12 +63,17 @@ DB_KINDS = ["terminate_backends", "worker_kill", "server_crash", "failover"]
 KINDS = HOST_KINDS + DB_KINDS
 # not a fault frameq survives but an operator's lie, injected only on request
 # (--inject false_confirm_dead): it shows that the harness and the checker
-# catch a frame running twice when one really does
-UNSAFE_KINDS = ["false_confirm_dead"]
+# catch a frame running twice when one really does; and an operator's
+# maintenance kept from the checker (--inject hidden_farm_down): every host
+# down for a while, so their empty reserve() calls look like waiting frames
+# passed over
+UNSAFE_KINDS = ["false_confirm_dead", "hidden_farm_down"]
+# kinds without a target host (taken one at a time, like the DB's faults)
+UNTARGETED = DB_KINDS + ["hidden_farm_down"]
 WEIGHTS = {"agent_stop": 10, "host_freeze": 4, "agent_kill": 6, "render_kill": 10,
            "supervisor_kill": 6, "proxy_blackhole": 8, "proxy_reset": 8, "proxy_delay": 6,
            "drop_reports": 6, "terminate_backends": 6, "worker_kill": 3, "server_crash": 3,
-           "failover": 2, "false_confirm_dead": 5}
+           "failover": 2, "false_confirm_dead": 5, "hidden_farm_down": 5}
 
 
 class History:
@@ -113,7 +123,7 @@ class Server:
         with open(os.path.join(self.data, "postgresql.conf"), "a") as f:
             f.write("""
 listen_addresses = '127.0.0.1'
-shared_preload_libraries = 'frameq'
+shared_preload_libraries = 'frameq,auto_explain'
 frameq.database = 'fq'
 frameq.lease_ttl = '%ds'
 frameq.lease_margin = '%ds'
@@ -125,8 +135,9 @@ hot_standby = on
 fsync = off
 max_connections = 80
 log_min_messages = warning
-log_line_prefix = '%%m [%%p] '
-""" % (TTL, MARGIN) + self.own_conf())
+log_line_prefix = '%s'
+track_commit_timestamp = on
+""" % (TTL, MARGIN, dblog.LOG_LINE_PREFIX) + self.own_conf())
 
     def basebackup(self, primary):
         """Make this server a fresh standby of primary (wipes its data)."""
@@ -348,6 +359,7 @@ class Harness:
         self.fault_id = 0
         self.stop_load = threading.Event()
         self.errors = []
+        self.operator = []      # (host, begin, end): host state set by an operator
         self.kinds = args.inject.split(",") if args.inject else KINDS
         for k in self.kinds:
             if k not in KINDS + UNSAFE_KINDS:
@@ -408,9 +420,13 @@ class Harness:
         """, fetch=False)
         tokens = {}
         for h in self.host_names:
-            tokens[h] = self.sql("SELECT frameq.register_host(%s, 'farm', %s, 4294967296)",
-                                 (h, HOST_CORES))[0][0]
+            tokens[h] = self.sql("SELECT frameq.register_host(%s, 'farm', %s, %s)",
+                                 (h, HOST_CORES, HOST_MEMORY))[0][0]
             self.sql('CREATE ROLE "fqh_%s" LOGIN IN ROLE frameq_agent, fqh_publisher' % h, fetch=False)
+            # every statement of the host's sessions is logged with its
+            # plan: the reserve() calls for final.json (dblog.py)
+            for name, value in dblog.ROLE_SETTINGS.items():
+                self.sql('ALTER ROLE "fqh_%s" SET %s = %s' % (h, name, value), fetch=False)
         self.standby.basebackup(self.primary)
         self.standby.start()
         specs = []
@@ -492,7 +508,7 @@ class Harness:
         kind = None
         if candidates:
             for k in candidates:
-                if (k not in DB_KINDS and free_hosts) or (k in DB_KINDS and db_free):
+                if (k not in UNTARGETED and free_hosts) or (k in UNTARGETED and db_free):
                     kind = k
                     break
             if kind is None:
@@ -500,9 +516,9 @@ class Harness:
             queue.remove(kind)
         else:
             kind = self.rng.choices(self.kinds, [WEIGHTS[k] for k in self.kinds])[0]
-            if (kind not in DB_KINDS and not free_hosts) or (kind in DB_KINDS and not db_free):
+            if (kind not in UNTARGETED and not free_hosts) or (kind in UNTARGETED and not db_free):
                 return None
-        target = self.rng.choice(free_hosts) if kind not in DB_KINDS else None
+        target = self.rng.choice(free_hosts) if kind not in UNTARGETED else None
         return kind, target
 
     def nemesis(self):
@@ -519,7 +535,7 @@ class Harness:
             if pick is None:
                 continue
             kind, target = pick
-            if kind in DB_KINDS:
+            if kind in UNTARGETED:
                 self.db_busy.acquire()
             else:
                 with self.busy_lock:
@@ -544,7 +560,8 @@ class Harness:
                 "proxy_reset": r(0.5, 4),
                 "proxy_delay": r(2, 8),
                 "drop_reports": r(5, 15),
-                "server_crash": r(0, 4)}.get(kind, 0.0)
+                "server_crash": r(0, 4),
+                "hidden_farm_down": r(4, 6)}.get(kind, 0.0)
 
     def run_fault(self, fid, kind, target, duration, x):
         self.faults[kind] = self.faults.get(kind, 0) + 1
@@ -554,7 +571,7 @@ class Harness:
             self.errors.append("fault %s on %s: %s" % (kind, target, traceback.format_exc()))
             self.history.log("fault_off", id=fid, error=True)
         finally:
-            if kind in DB_KINDS:
+            if kind in UNTARGETED:
                 self.db_busy.release()
             else:
                 with self.busy_lock:
@@ -681,11 +698,27 @@ class Harness:
         self.on(fid, "false_confirm_dead", h, renders=len(self.monitor.renders_of(h)))
         if a.alive():
             signal_pid(a.p.pid, signal.SIGSTOP)
+        begin = time.time()
         self.sql("SELECT frameq.confirm_host_dead(%s)", (h,), fetch=False)
         time.sleep(2.5)
         self.sql("SELECT frameq.set_host_state(%s, 'up')", (h,), fetch=False)
+        self.operator.append((h, begin, time.time()))
         if a.alive():
             signal_pid(a.p.pid, signal.SIGCONT)
+        self.off(fid)
+
+    def fault_hidden_farm_down(self, fid, h, d, x):
+        """Set every host down (their renders are ordered killed), then up
+        again, and leave it out of the operator actions final.json's
+        reserves are told about: the agents go on calling reserve(), which
+        books nothing for a host that is down, while the frames wait with
+        every cap free."""
+        self.on(fid, "hidden_farm_down", None, seconds=round(d, 2))
+        for h in self.host_names:
+            self.sql("SELECT frameq.set_host_state(%s, 'down')", (h,), fetch=False)
+        time.sleep(d)
+        for h in self.host_names:
+            self.sql("SELECT frameq.set_host_state(%s, 'up')", (h,), fetch=False)
         self.off(fid)
 
     def direct(self, server, query):
@@ -806,6 +839,7 @@ class Harness:
 
     def final(self):
         self.history.log("phase", phase="final")
+        self.final_wall = time.time()
 
         def rows(query):
             conn = psycopg2.connect(self.conninfo)
@@ -823,10 +857,16 @@ class Harness:
                        "quarantine": LEASE_PERIOD, "poll": POLL, "hosts": len(self.host_names),
                        "duration": self.args.duration},
             "frames": rows("SELECT id, job, layer, number, state, retries, attempts FROM frameq.frame"),
+            # committed_at: the commit of the run's last change, its end
+            # (track_commit_timestamp); cores and memory for dblog.py
             "runs": rows("""SELECT r.proc, r.frame, r.job, h.name AS host, r.epoch,
                                    extract(epoch FROM r.started_at)::float8 AS started_at,
                                    extract(epoch FROM r.ended_at)::float8 AS ended_at,
-                                   r.exit_status, r.exit_signal, r.reason, r.end_state
+                                   r.exit_status, r.exit_signal, r.reason, r.end_state,
+                                   CASE WHEN r.ended_at IS NOT NULL THEN
+                                       extract(epoch FROM pg_xact_commit_timestamp(r.xmin))::float8
+                                   END AS committed_at,
+                                   r.cores_cc, r.memory
                             FROM frameq.run r JOIN frameq.host h ON h.id = r.host"""),
             "procs": rows("SELECT p.id, p.frame, h.name AS host, p.state FROM frameq.proc p JOIN frameq.host h ON h.id = p.host"),
             "outputs": rows("SELECT frame, proc, content FROM fqh.output"),
@@ -837,9 +877,26 @@ class Harness:
             "failovers": self.failovers,
             "faults": self.faults,
         }
+        self.write_final(final)
+        return final
+
+    def write_final(self, final):
         with open(os.path.join(self.out, "final.json"), "w") as f:
             json.dump(final, f)
-        return final
+
+    def record_reserves(self, final):
+        """final.json's reserves, from the servers' logs once they are
+        stopped (dblog.py): every reserve() call until the final read."""
+        calls = dblog.reserve_calls({s.name: s.log for s in self.servers}, final["runs"],
+                                    ttl=TTL, host_cc=HOST_CORES * 100, host_memory=HOST_MEMORY,
+                                    operator=self.operator, until=self.final_wall)
+        if not any(c["booked"] for c in calls):
+            raise RuntimeError("no reserve() call that booked anything is in the servers' logs")
+        final["reserves"] = calls
+        self.write_final(final)
+        say("reserve calls: %d, %d booked nothing, %d of those with the host up and room"
+            % (len(calls), sum(not c["booked"] for c in calls),
+               sum(not c["booked"] and c["up"] and c["room"] for c in calls)))
 
     def teardown(self, fast=False):
         for a in self.agents.values():
@@ -870,6 +927,7 @@ class Harness:
 
     def main(self):
         interrupted = False
+        final = None
         try:
             self.setup()
             self.load()
@@ -884,6 +942,11 @@ class Harness:
             interrupted = True
         finally:
             self.teardown(fast=interrupted)
+        if final is not None:
+            try:
+                self.record_reserves(final)
+            except Exception:
+                self.errors.append(traceback.format_exc())
         say("faults injected:", sum(self.faults.values()), json.dumps(self.faults, sort_keys=True))
         if self.errors:
             for e in self.errors:

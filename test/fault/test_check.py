@@ -306,6 +306,79 @@ def reserve_empty_excused():
 
 
 @case
+def reserve_excused_by_failover():
+    # at 1010.5 the old primary had booked frame 6 (proc 96, lost by the
+    # failover at 1011): in the final database it waits from 1001 to 1040.8
+    # and job-2 is under its cap, but the call is excused, as is one during
+    # the failover; one 10.5 s before it is not
+    f = clean()
+    reserve(f, "h3", 1010.5)
+    reserve(f, "h1", 1011)
+    reserve(f, "h1", 1000.5 + 0.01)
+    return f, [], {"reserves_recorded": True, "reserves_empty": 3,
+                   "reserves_lost_in_failover": 2, "reserves_passed_over": 0}
+
+
+@case
+def reserve_lost_submit_frames_never_wait():
+    # job 3's submission is lost; its frame 7 was never in the final
+    # database, so nothing passes it over at 1050 (C3 excuses its absence)
+    f = clean()
+    f.h(1041, "submit", job=3, frames=[7])
+    f.h(1042, "lost_submit", job=3)
+    reserve(f, "h3", 1050)
+    return f, [], {"reserves_empty": 1, "reserves_passed_over": 0,
+                   "frames_lost_with_submit": 1}
+
+
+def retried_frame():
+    """Frame 1 alone: its first render (h1) is killed and reported, it
+    waits from the end of run 101 (1005.03) until run 111 (1009.8)."""
+    f = Farm()
+    f.h(1000, "phase", phase="setup")
+    f.submit(1001, 1, [1])
+    f.h(1002, "phase", phase="load")
+    f.attempt(1, 101, "h1", 1003, 1005, death="killed", end_state="waiting", signal=9,
+              publish=False, output=False)
+    f.attempt(1, 111, "h2", 1010, 1012)
+    f.h(1019, "phase", phase="heal")
+    f.h(1020, "heal", backlog=0, slots=6)
+    f.h(1030, "quiet", all_terminal=True)
+    return f
+
+
+@case
+def reserve_waits_from_the_release_commit():
+    # run 101 ended at 1005.03 but its release committed at 1005.6: frame 1
+    # waits for other sessions only from then; h3's empty call at 1005.7
+    # passes nothing over, the one at 1005.9 passes frame 1 over
+    f = retried_frame()
+    next(r for r in f.runs if r["proc"] == 101)["committed_at"] = wall(1005.6)
+    reserve(f, "h3", 1005.7)
+    reserve(f, "h3", 1005.9)
+    return f, [C5("passed_over", 1)], {"reserves_empty": 2, "reserves_passed_over": 1}
+
+
+@case
+def reserve_frame_booked_before_its_submit_was_logged():
+    # the harness logs a submit after its commit: run 101 began 0.05 s
+    # before the submit event, so frame 1 waited only after it ended
+    f = retried_frame()
+    next(r for r in f.runs if r["proc"] == 101)["started_at"] = wall(1000.95)
+    reserve(f, "h3", 1003)
+    reserve(f, "h3", 1007)
+    return f, [C5("passed_over", 1)], {"reserves_empty": 2, "reserves_passed_over": 1}
+
+
+@case
+def reserve_waits_from_the_run_end():
+    # without a commit time, from the end of the run
+    f = retried_frame()
+    reserve(f, "h3", 1005.7)
+    return f, [C5("passed_over", 1)], {"reserves_empty": 1, "reserves_passed_over": 1}
+
+
+@case
 def witness_violation():
     f = clean()
     f.r(1004, "witness_violation", 102, frame=2, host="h2", holder=999)
@@ -734,9 +807,151 @@ def cli_cases(tmp):
         with open(path, "w") as f:
             json.dump(final, f)
     malformed("malformed_reserve_without_booked", reserve_without_booked)
+
+    def committed_at_text(d):
+        path = os.path.join(d, "final.json")
+        with open(path) as f:
+            final = json.load(f)
+        final["runs"][0]["committed_at"] = "yesterday"
+        with open(path, "w") as f:
+            json.dump(final, f)
+    malformed("malformed_run_committed_at", committed_at_text)
     p = subprocess.run([sys.executable, os.path.join(HERE, "check.py")],
                        capture_output=True, text=True)
     add("cli_usage_exits_2", [f"rc {p.returncode}"] * (p.returncode != 2))
+    return results
+
+
+# --------------------------------------------------------------------------
+# dblog.py: the harness's record of reserve() calls, from server logs
+
+import dblog  # noqa: E402
+
+RESERVE_SQL = ("SELECT b.proc, b.frame FROM frameq.reserve($1, $2, $3::bigint, $4::int) b "
+               "LEFT JOIN LATERAL jsonb_each_text(b.env) e ON true")
+HEARTBEAT_SQL = "SELECT h.kill::text FROM frameq.heartbeat($1, $2, $3::bigint, $4::bigint[]) h"
+ATTACH_SQL = "SELECT a.epoch FROM frameq.attach($1, $2, $3) a"
+
+
+class ServerLog:
+    """A synthetic server log, as the harness's servers write it (times are
+    monotonic-style seconds, written as wall(t))."""
+
+    def __init__(self):
+        self.lines = []
+
+    def record(self, t, pid, user, level, text):
+        w = wall(t)
+        stamp = datetime.datetime.fromtimestamp(w, datetime.timezone.utc)
+        first, *rest = text.split("\n")
+        self.lines.append(f"{stamp.strftime('%Y-%m-%d %H:%M:%S.%f')[:-3]} UTC [{pid}] "
+                          f"@{w:.3f} {user}: {level}:  {first}\n")
+        self.lines += [f"\t{ln}\n" for ln in rest]
+
+    def statement(self, t_end, ms, pid, host, query, rows=0):
+        """A completed statement of host's role, auto_explain'ed at t_end."""
+        scan = {"Node Type": "Function Scan", "Parent Relationship": "Outer",
+                "Function Name": query.split("frameq.")[1].split("(")[0] if "frameq." in query
+                else "x", "Alias": "b", "Actual Rows": rows, "Actual Loops": 1}
+        each = {"Node Type": "Function Scan", "Function Name": "jsonb_each_text",
+                "Alias": "e", "Actual Rows": 2, "Actual Loops": max(rows, 1)}
+        plan = {"Node Type": "Nested Loop", "Join Type": "Left", "Actual Rows": 2 * rows,
+                "Actual Loops": 1, "Plans": [scan, each]}
+        self.record(t_end, pid, "fqh_" + host, "LOG",
+                    f"duration: {ms:.3f} ms  plan:\n"
+                    + json.dumps({"Query Text": query, "Plan": plan}, indent=2))
+
+    def reserve(self, t, host, rows=0, pid=500, ms=4.0):
+        self.statement(t + ms / 1000, ms, pid, host, RESERVE_SQL, rows)
+
+    def heartbeat(self, t, host, pid=500, ms=3.0):
+        self.statement(t + ms / 1000, ms, pid, host, HEARTBEAT_SQL, 1)
+
+    def write(self, path):
+        with open(path, "w") as f:
+            f.writelines(self.lines)
+
+
+def dblog_cases(tmp):
+    """reserve_calls() on synthetic logs of two servers."""
+    results = []
+    a, b = ServerLog(), ServerLog()
+    a.record(1000, 10, "", "LOG", "starting PostgreSQL 15.20 on x86_64-pc-linux-gnu")
+    a.record(1000.2, 11, "postgres", "LOG",
+             "frameq worker: started; no bookings or lease expiry for 4.2 s")
+    a.statement(1001, 2.0, 500, "h1", ATTACH_SQL, 1)
+    a.reserve(1002, "h1")                       # in the quarantine
+    a.heartbeat(1004.3, "h1")
+    a.reserve(1004.5, "h1")                     # up, room
+    a.reserve(1004.8, "h1", rows=2)             # booked 2 (the scan's rows, not the join's)
+    a.reserve(1004.9, "h2")                     # no lease of h2 on record
+    a.heartbeat(1006.5, "h1")
+    a.reserve(1007.0, "h1")                     # runs 1 and 2 fill h1: no room
+    a.reserve(1009.8, "h1")                     # last renewal 1006.5 + ttl 3 < 1009.8
+    a.statement(1010, 1.0, 600, "h1", "INSERT INTO fqh.output VALUES (1, 2, 'x')", 0)
+    a.heartbeat(1011.0, "h1")
+    a.reserve(1011.2, "h1")                     # run 2 has ended (committed 1011.1): room
+    a.heartbeat(1011.5, "h1", pid=501, ms=20)   # another session of h1 ...
+    a.reserve(1011.51, "h1")                    # ... overlaps this call: no room
+    a.heartbeat(1011.95, "h3", pid=700)
+    a.reserve(1012.0, "h3", pid=700)            # renewed, but within ttl of an operator action
+    a.record(1012.5, 10, "", "LOG", "terminating any other active server processes")
+    a.heartbeat(1013.0, "h1", pid=502)
+    a.reserve(1013.1, "h1", pid=502)            # after a crash, before the worker
+    a.record(1013.5, 12, "postgres", "LOG",
+             "frameq worker: started; no bookings or lease expiry for 4.2 s")
+    a.heartbeat(1017.7, "h1", pid=502)
+    a.reserve(1017.8, "h1", pid=502)            # up again
+    a.lines.append("pg_ctl: stray output\n")
+    a.record(1018, 10, "", "LOG", "received immediate shutdown request")
+    b.record(1018.5, 20, "postgres", "LOG", "frameq worker: started; frameq.quarantine is off")
+    b.reserve(1019.0, "h1")                     # b promoted: no lease of h1 on b yet
+    b.heartbeat(1019.5, "h1")
+    b.reserve(1019.6, "h1")
+    b.reserve(1030.0, "h1")                     # after the final read
+    paths = {}
+    for name, log in (("a", a), ("b", b)):
+        paths[name] = os.path.join(tmp, f"dblog-{name}.log")
+        log.write(paths[name])
+    gib = 1 << 30
+    runs = [{"host": "h1", "started_at": wall(1004.8), "ended_at": wall(1008),
+             "committed_at": wall(1008.01), "cores_cc": 100, "memory": gib},
+            {"host": "h1", "started_at": wall(1004.8), "ended_at": wall(1011.0),
+             "committed_at": wall(1011.1), "cores_cc": 100, "memory": gib},
+            {"host": "h1", "started_at": wall(1011.6), "ended_at": wall(1012),
+             "committed_at": None, "cores_cc": 100, "memory": gib}]
+    calls = dblog.reserve_calls(paths, runs, ttl=3.0, host_cc=200, host_memory=4 * gib,
+                                operator=[("h3", wall(1011.5), wall(1011.9))],
+                                until=wall(1025))
+    got = [(c["server"], c["host"], round(c["at"] - WALL, 3), c["booked"], c["up"], c["room"])
+           for c in calls]
+    want = [("a", "h1", 1002.0, 0, False, True),
+            ("a", "h1", 1004.5, 0, True, True),
+            ("a", "h1", 1004.8, 2, True, False),
+            ("a", "h2", 1004.9, 0, False, True),
+            ("a", "h1", 1007.0, 0, True, False),
+            ("a", "h1", 1009.8, 0, False, True),
+            ("a", "h1", 1011.2, 0, True, True),
+            ("a", "h1", 1011.51, 0, True, False),
+            ("a", "h3", 1012.0, 0, False, True),
+            ("a", "h1", 1013.1, 0, False, True),
+            ("a", "h1", 1017.8, 0, True, True),
+            ("b", "h1", 1019.0, 0, False, True),
+            ("b", "h1", 1019.6, 0, True, True)]
+    results.append(("dblog_reserve_calls",
+                    [] if got == want else
+                    [f"got  {g}" for g in got if g not in want]
+                    + [f"want {w}" for w in want if w not in got]))
+
+    broken = ServerLog()
+    broken.record(1001, 500, "fqh_h1", "LOG", "duration: 1.000 ms  plan:\n{\"Query Text\": ")
+    path = os.path.join(tmp, "dblog-broken.log")
+    broken.write(path)
+    try:
+        dblog.reserve_calls({"a": path}, [], ttl=3.0, host_cc=200, host_memory=gib)
+        results.append(("dblog_plan_unreadable_is_an_error", ["no LogError"]))
+    except dblog.LogError:
+        results.append(("dblog_plan_unreadable_is_an_error", []))
     return results
 
 
@@ -750,6 +965,10 @@ def main():
             except Exception:
                 results.append((fn.__name__, [traceback.format_exc()]))
         results += cli_cases(tmp)
+        try:
+            results += dblog_cases(tmp)
+        except Exception:
+            results.append(("dblog_cases", [traceback.format_exc()]))
     for name, problems in results:
         if problems:
             failed += 1
