@@ -898,7 +898,7 @@ book_layer(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
 
 /*
  * The candidate walk (issue 12).  A show's candidates are the layers named
- * by frameq.dispatch_queue (sql/0.2.0/40_dispatch.sql), one index range per
+ * by frameq.dispatch_queue (sql/src/dispatch.sql), one index range per
  * (show, tag, needs-gpus) stream, each in policy order: job priority
  * descending, job id, dispatch order, layer id.  A host reads the streams
  * of the tags it has and of no tag, the GPU streams only if it has GPUs,
