@@ -806,109 +806,126 @@ connect_backoff(void)
 	return b < cap ? b : cap;
 }
 
-/* one round of talking to the database: returns when it has nothing to do */
-static void
-step(void)
+/*
+ * Renders of an earlier agent or of a lost lease are still being killed:
+ * nothing may be attached until they are dead, so say (every 5 s) what the
+ * agent waits for.  True while any is alive.
+ */
+static bool
+waiting_for_renders(const char *reason, int64_t now)
 {
-	int64_t		now = lease_clock_ns();
-
-	if (phase == PH_RECOVER)
+	if (runs_alive() == 0)
+		return false;
+	if (now - last_wait_log > SEC(5))
 	{
-		if (runs_alive() > 0)
-		{
-			if (now - last_wait_log > SEC(5))
-			{
-				log_event("waiting", "reason=\"an earlier agent's renders are being killed\" alive=%d", runs_alive());
-				last_wait_log = now;
-			}
-			return;
-		}
-		phase = PH_ATTACH;
+		log_event("waiting", "reason=\"%s\" alive=%d", reason, runs_alive());
+		last_wait_log = now;
 	}
+	return true;
+}
 
-	/* a frameq this agent does not speak: no more calls (main() exits) */
-	if (version_refused)
-		return;
-
-	if (!db_connected())
+/*
+ * Connect if not connected, with a growing pause between failures.  A new
+ * connection has no LISTEN yet (listen_if_needed() gives it one), and it
+ * may reach another server (a failover), whose database's frameq must be
+ * one the agent speaks.  True if connected.
+ */
+static bool
+connect_if_needed(int64_t now)
+{
+	if (db_connected())
+		return true;
+	if (now < next_connect)
+		return false;
+	if (!db_connect(cfg.conninfo, cfg.host))
 	{
-		if (now < next_connect)
-			return;
-		if (!db_connect(cfg.conninfo, cfg.host))
-		{
-			connect_failures++;
-			next_connect = lease_clock_ns() + connect_backoff();
-			return;
-		}
-		connect_failures = 0;
-		listening = false;
-		if (!extension_spoken())
-			return;
+		connect_failures++;
+		next_connect = lease_clock_ns() + connect_backoff();
+		return false;
 	}
+	connect_failures = 0;
+	listening = false;
+	return extension_spoken();
+}
 
-	/* a refused token: nothing until the file holds another one */
-	if (token_given_up)
-	{
-		token_check();
-		if (token_given_up)
-			return;
-	}
-
-	/*
-	 * Reports first.  Before an attach, all of them at once: an earlier
-	 * epoch's finished render counts only while its proc is still live.
-	 */
+/*
+ * The reports of ended renders go before any other call.  Before an
+ * attach, all of them at once: an earlier epoch's finished render counts
+ * only while its proc is still live, and the attach ends that.  False if
+ * the round must end here (no connection, or a refused token).
+ */
+static bool
+send_reports(void)
+{
 	if (!runs_send_reports(cfg.host, token, phase == PH_ATTACH, call_timeout_ms(),
 						   cfg.fault_drop_reports))
-		return;
+		return false;
 	/* 28P01: re-read the token file; the reports go out again next round */
 	if (runs_take_token_refused())
 	{
 		token_refused("complete");
-		return;
+		return false;
 	}
+	return true;
+}
 
+/*
+ * Without a lease, attach once the renders of the lost one are dead and the
+ * database's frameq (which ALTER EXTENSION may have changed since the
+ * connect) is one the agent speaks.  True if a lease is held.
+ */
+static bool
+attach_if_needed(int64_t now)
+{
 	if (phase == PH_LEASE_LOST)
 	{
-		if (runs_alive() > 0)
-		{
-			if (now - last_wait_log > SEC(5))
-			{
-				log_event("waiting", "reason=\"renders of the lost lease are being killed\" alive=%d", runs_alive());
-				last_wait_log = now;
-			}
-			return;
-		}
+		if (waiting_for_renders("renders of the lost lease are being killed", now))
+			return false;
 		phase = PH_ATTACH;
 		next_heartbeat = 0;
 	}
-	if (phase == PH_ATTACH)
+	if (phase != PH_ATTACH)
+		return true;
+	if (stopping || now < next_heartbeat)
+		return false;
+	if (!db_reread_extension_version(call_timeout_ms()))
 	{
-		if (stopping || now < next_heartbeat)
-			return;
-		if (!db_reread_extension_version(call_timeout_ms()))
-		{
-			next_heartbeat = lease_clock_ns() + SEC(1);
-			return;
-		}
-		if (!extension_spoken())
-			return;
-		if (!do_attach())
-			return;
+		next_heartbeat = lease_clock_ns() + SEC(1);
+		return false;
 	}
+	return extension_spoken() && do_attach();
+}
 
-	/* PH_RUNNING */
-	if (!listening && channel[0])
-	{
-		bool		ok = db_listen(channel);
+/*
+ * LISTEN on the host's channel once per connection.  If that fails, kill
+ * orders still come with every heartbeat, so the agent goes on, and tries
+ * again after the next reconnect.  False if the connection was lost.
+ */
+static bool
+listen_if_needed(void)
+{
+	bool		ok;
 
-		if (!db_connected())
-			return;
-		/* if it failed, kill orders still come with heartbeats; again after a reconnect */
-		listening = true;
-		if (ok)
-			log_event("listening", "channel=%s", channel);
-	}
+	if (listening || !channel[0])
+		return true;
+	ok = db_listen(channel);
+	if (!db_connected())
+		return false;
+	listening = true;
+	if (ok)
+		log_event("listening", "channel=%s", channel);
+	return true;
+}
+
+/*
+ * Holding a lease: renew it when due (at once after a hint, twice at the
+ * end of a shutdown) and book while there is room.
+ */
+static void
+hold_lease(void)
+{
+	if (!listen_if_needed())
+		return;
 	if (stopping && runs_alive() == 0 && runs_pending_reports() == 0 && final_beats < 2)
 	{
 		/*
@@ -939,6 +956,43 @@ step(void)
 		next_reserve = 0;
 	if (lease_clock_ns() >= reserve_time())
 		do_reserve();
+}
+
+/*
+ * One round of talking to the database: returns when it has nothing to do.
+ * Each step below returns false when the round must end there.
+ */
+static void
+step(void)
+{
+	int64_t		now = lease_clock_ns();
+
+	if (phase == PH_RECOVER)
+	{
+		if (waiting_for_renders("an earlier agent's renders are being killed", now))
+			return;
+		phase = PH_ATTACH;
+	}
+
+	/* a frameq this agent does not speak: no more calls (main() exits) */
+	if (version_refused)
+		return;
+	if (!connect_if_needed(now))
+		return;
+
+	/* a refused token: nothing until the file holds another one */
+	if (token_given_up)
+	{
+		token_check();
+		if (token_given_up)
+			return;
+	}
+
+	if (!send_reports())
+		return;
+	if (!attach_if_needed(now))
+		return;
+	hold_lease();
 }
 
 static bool
