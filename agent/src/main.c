@@ -564,74 +564,92 @@ set_secret(struct booking *b, const char *s)
 	memcpy(b->run_secret, s, len + 1);
 }
 
-static void
-do_reserve(void)
+/*
+ * Ask the server for bookings, at most max_frames of them (0: as many as
+ * fit).  Returns the answer: one row per booking and env entry, the layer's
+ * env as rows so that the agent needs no JSON parser.  On a failure,
+ * returns NULL after deciding when to ask again: at once if the token file
+ * holds a new token, else after the reserve interval.
+ */
+static struct pg_result *
+call_reserve(int max_frames)
 {
 	char		ep[32],
 				mf[16];
 	const char *params[4] = {cfg.host, token, ep, NULL};
 	struct pg_result *res;
-	int			max_frames,
-				n,
-				nb = 0;
-	struct booking *bs;
-	int64_t		now;
 
-	if (!have_room(&max_frames))
-		return;
 	snprintf(ep, sizeof(ep), "%" PRId64, epoch);
 	if (max_frames > 0)
 	{
 		snprintf(mf, sizeof(mf), "%d", max_frames);
 		params[3] = mf;
 	}
-	/* the layer's env as rows: no JSON parsing here */
 	res = db_exec("SELECT b.proc, b.frame, b.job, b.layer, b.frame_number, b.command, "
 				  "b.cores::text, b.memory, b.gpus, b.gpu_memory, e.key, e.value, "
 				  "b.run_secret "
 				  "FROM frameq.reserve($1, $2, $3::bigint, $4::int) b "
 				  "LEFT JOIN LATERAL jsonb_each_text(b.env) e ON true",
 				  4, params, call_timeout_ms(), NULL);
-	if (!res)
-		return;
-	now = lease_clock_ns();
-	if (!db_ok(res))
-	{
-		if (!lease_error(res))
-			log_event("reserve-failed", "epoch=%" PRId64 " sqlstate=%s error=\"%s\"",
-					  epoch, db_sqlstate(res), db_error(res));
-		next_reserve = now + SEC(cfg.reserve_interval);
-		if (strcmp(db_sqlstate(res), "28P01") == 0 && token_refused("reserve"))
-			next_reserve = 0;
-		db_clear(res);
-		return;
-	}
-	n = db_ntuples(res);
-	bs = calloc((size_t) (n > 0 ? n : 1), sizeof(*bs));
+	if (!res || db_ok(res))
+		return res;
+	next_reserve = lease_clock_ns() + SEC(cfg.reserve_interval);
+	if (!lease_error(res))
+		log_event("reserve-failed", "epoch=%" PRId64 " sqlstate=%s error=\"%s\"",
+				  epoch, db_sqlstate(res), db_error(res));
+	if (strcmp(db_sqlstate(res), "28P01") == 0 && token_refused("reserve"))
+		next_reserve = 0;
+	db_clear(res);
+	return NULL;
+}
+
+/*
+ * The booking of row i, whose first row it is.  Its command points into
+ * res, which must outlive it; env has room for every row of the answer.
+ */
+static void
+booking_from_row(struct booking *b, struct pg_result *res, int i)
+{
+	b->proc = strtoll(db_value(res, i, 0), NULL, 10);
+	b->frame = strtoll(db_value(res, i, 1), NULL, 10);
+	b->job = strtoll(db_value(res, i, 2), NULL, 10);
+	b->layer = strtoll(db_value(res, i, 3), NULL, 10);
+	b->frame_number = atoi(db_value(res, i, 4));
+	b->command = (char *) db_value(res, i, 5);
+	snprintf(b->cores, sizeof(b->cores), "%s", db_value(res, i, 6));
+	b->cores_n = strtod(b->cores, NULL);
+	b->memory = strtoll(db_value(res, i, 7), NULL, 10);
+	b->gpus = atoi(db_value(res, i, 8));
+	b->gpu_memory = strtoll(db_value(res, i, 9), NULL, 10);
+	b->env = calloc((size_t) db_ntuples(res) + 1, sizeof(char *));
+	set_secret(b, db_isnull(res, i, 12) ? "" : db_value(res, i, 12));
+}
+
+/*
+ * Gather the answer's rows into bookings (as many as *nb says), one per
+ * proc, with the env entries of all its rows.  A name that the render's
+ * environment could not hold is left out, and said so, rather than
+ * refusing the whole booking.
+ */
+static struct booking *
+bookings_from_answer(struct pg_result *res, int *nb)
+{
+	int			n = db_ntuples(res);
+	struct booking *bs = calloc((size_t) (n > 0 ? n : 1), sizeof(*bs));
+
+	*nb = 0;
 	for (int i = 0; i < n; i++)
 	{
 		int64_t		proc = strtoll(db_value(res, i, 0), NULL, 10);
 		struct booking *b = NULL;
 
-		for (int j = 0; j < nb; j++)
+		for (int j = 0; j < *nb; j++)
 			if (bs[j].proc == proc)
 				b = &bs[j];
 		if (!b)
 		{
-			b = &bs[nb++];
-			b->proc = proc;
-			b->frame = strtoll(db_value(res, i, 1), NULL, 10);
-			b->job = strtoll(db_value(res, i, 2), NULL, 10);
-			b->layer = strtoll(db_value(res, i, 3), NULL, 10);
-			b->frame_number = atoi(db_value(res, i, 4));
-			b->command = (char *) db_value(res, i, 5);
-			snprintf(b->cores, sizeof(b->cores), "%s", db_value(res, i, 6));
-			b->cores_n = strtod(b->cores, NULL);
-			b->memory = strtoll(db_value(res, i, 7), NULL, 10);
-			b->gpus = atoi(db_value(res, i, 8));
-			b->gpu_memory = strtoll(db_value(res, i, 9), NULL, 10);
-			b->env = calloc((size_t) n + 1, sizeof(char *));
-			set_secret(b, db_isnull(res, i, 12) ? "" : db_value(res, i, 12));
+			b = &bs[(*nb)++];
+			booking_from_row(b, res, i);
 		}
 		if (!db_isnull(res, i, 10))
 		{
@@ -644,6 +662,16 @@ do_reserve(void)
 				b->nenv++;
 		}
 	}
+	return bs;
+}
+
+/*
+ * Start each booking under a supervisor, with the deadline of the last
+ * renewal: the bookings were made under the lease it holds.
+ */
+static void
+launch_bookings(struct booking *bs, int nb)
+{
 	for (int j = 0; j < nb; j++)
 	{
 		struct booking *b = &bs[j];
@@ -660,12 +688,34 @@ do_reserve(void)
 		log_event("booked", "proc=%" PRId64 " frame=%" PRId64 " job=%" PRId64 " layer=%" PRId64 " frame_number=%d cores=%s memory=%" PRId64 " gpus=%d epoch=%" PRId64,
 				  b->proc, b->frame, b->job, b->layer, b->frame_number, b->cores,
 				  b->memory, b->gpus, epoch);
-		/* the booking was made under the lease the last renewal holds */
 		runs_launch(&l, lease_deadline);
 		for (int k = 0; k < b->nenv; k++)
 			free(b->env[k]);
 		free(b->env);
 	}
+}
+
+/*
+ * Reserve what fits and launch it.  After a reserve that found nothing,
+ * wait the reserve interval before asking again; after one that found
+ * something, ask again at once, as there may be room for more.
+ */
+static void
+do_reserve(void)
+{
+	struct pg_result *res;
+	struct booking *bs;
+	int			max_frames,
+				nb;
+	int64_t		now;
+
+	if (!have_room(&max_frames))
+		return;
+	if (!(res = call_reserve(max_frames)))
+		return;
+	now = lease_clock_ns();
+	bs = bookings_from_answer(res, &nb);
+	launch_bookings(bs, nb);
 	free(bs);
 	db_clear(res);
 	next_reserve = nb > 0 ? now : now + SEC(cfg.reserve_interval);
