@@ -248,14 +248,11 @@ supervisor_gone(struct run *r)
 	finalize(r);
 }
 
-struct run *
-runs_launch(const struct launch *l, int64_t deadline_ns)
+/* A new run for the booking, its own copy, first in the table. */
+static struct run *
+new_run(const struct launch *l)
 {
 	struct run *r = calloc(1, sizeof(*r));
-	struct run_record rec;
-	struct lease_msg msg;
-	int			fds[2];
-	pid_t		pid;
 
 	r->b = *l->b;
 	r->b.command = strdup(l->b->command);
@@ -268,11 +265,23 @@ runs_launch(const struct launch *l, int64_t deadline_ns)
 	r->started_ns = lease_clock_ns();
 	r->next = runs;
 	runs = r;
+	return r;
+}
+
+/*
+ * Fork the run's supervisor, with a pipe for its deadlines.  False if
+ * there is none (nothing was started).
+ */
+static bool
+start_supervisor(struct run *r, const struct launch *l)
+{
+	int			fds[2];
+	pid_t		pid;
 
 	if (pipe2(fds, O_CLOEXEC) != 0)
 	{
 		log_event("launch-error", "proc=%" PRId64 " error=\"pipe: %s\"", r->b.proc, strerror(errno));
-		goto failed;
+		return false;
 	}
 	fflush(NULL);
 	pid = fork();
@@ -281,7 +290,7 @@ runs_launch(const struct launch *l, int64_t deadline_ns)
 		log_event("launch-error", "proc=%" PRId64 " error=\"fork: %s\"", r->b.proc, strerror(errno));
 		close(fds[0]);
 		close(fds[1]);
-		goto failed;
+		return false;
 	}
 	if (pid == 0)
 	{
@@ -304,8 +313,18 @@ runs_launch(const struct launch *l, int64_t deadline_ns)
 	r->sup_pid = pid;
 	r->sup_alive = true;
 	proc_start_time(pid, &r->sup_start);
+	return true;
+}
 
-	/* record it before anything runs: a later agent must find every render */
+/*
+ * Record the run in the state directory before anything runs: a later
+ * agent must find every render.  False if it could not be written.
+ */
+static bool
+record_run(const struct run *r)
+{
+	struct run_record rec;
+
 	memset(&rec, 0, sizeof(rec));
 	rec.proc = r->b.proc;
 	rec.epoch = r->epoch;
@@ -313,37 +332,57 @@ runs_launch(const struct launch *l, int64_t deadline_ns)
 	rec.job = r->b.job;
 	rec.layer = r->b.layer;
 	rec.frame_number = r->b.frame_number;
-	rec.sup_pid = pid;
+	rec.sup_pid = r->sup_pid;
 	rec.sup_start = r->sup_start;
-	if (state_write_run(state_dir, &rec) != 0)
+	if (state_write_run(state_dir, &rec) == 0)
+		return true;
+	log_event("launch-error", "proc=%" PRId64 " error=\"cannot write the state file in %s: %s\"",
+			  r->b.proc, state_dir, strerror(errno));
+	return false;
+}
+
+/*
+ * The go, and the first deadline: the supervisor starts the render on it.
+ * False if the supervisor could not be reached.
+ */
+static bool
+send_go(struct run *r, int64_t deadline_ns, int64_t grace_ns)
+{
+	struct lease_msg msg = {.deadline_ns = deadline_ns,.grace_ns = grace_ns};
+
+	if (write(r->pipe_fd, &msg, sizeof(msg)) == sizeof(msg))
+		return true;
+	log_event("launch-error", "proc=%" PRId64 " error=\"cannot reach the supervisor: %s\"",
+			  r->b.proc, strerror(errno));
+	return false;
+}
+
+/*
+ * Launch a booking: a supervisor, its state file, then its go.  A
+ * supervisor that gets no go sees end of file on its pipe and exits
+ * without starting the render; the launch error makes the agent hold off
+ * reserving, since a host that cannot start renders would only churn.
+ */
+struct run *
+runs_launch(const struct launch *l, int64_t deadline_ns)
+{
+	struct run *r = new_run(l);
+
+	if (!start_supervisor(r, l))
 	{
-		log_event("launch-error", "proc=%" PRId64 " error=\"cannot write the state file in %s: %s\"",
-				  r->b.proc, state_dir, strerror(errno));
-		/* no go: the supervisor sees end of file and exits without starting */
-		close(r->pipe_fd);
-		r->pipe_fd = -1;
-		launch_error = true;
-		return r;
+		memset(&r->res, 0, sizeof(r->res));
+		r->res.proc = r->b.proc;
+		r->res.killed_by = KILLED_ERROR;
+		finalize(r);
+		return NULL;
 	}
-	/* the go, and the first deadline */
-	msg.deadline_ns = deadline_ns;
-	msg.grace_ns = l->kill_grace_ns;
-	if (write(r->pipe_fd, &msg, sizeof(msg)) != sizeof(msg))
+	if (!record_run(r) || !send_go(r, deadline_ns, l->kill_grace_ns))
 	{
-		log_event("launch-error", "proc=%" PRId64 " error=\"cannot reach the supervisor: %s\"",
-				  r->b.proc, strerror(errno));
 		close(r->pipe_fd);
 		r->pipe_fd = -1;
 		launch_error = true;
 	}
 	return r;
-
-failed:
-	memset(&r->res, 0, sizeof(r->res));
-	r->res.proc = r->b.proc;
-	r->res.killed_by = KILLED_ERROR;
-	finalize(r);
-	return NULL;
 }
 
 static void
