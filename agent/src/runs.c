@@ -652,6 +652,89 @@ report_fault(double drop_percent)
 	return FAULT_NONE;
 }
 
+/* Send the run's complete(); NULL if no answer came (the connection is gone). */
+static struct pg_result *
+call_complete(const struct run *r, const char *host, const char *token, int timeout_ms)
+{
+	char		epoch[32],
+				proc[32],
+				st[16],
+				sig[16],
+				rss[32];
+	const char *params[7];
+
+	snprintf(epoch, sizeof(epoch), "%" PRId64, r->epoch);
+	snprintf(proc, sizeof(proc), "%" PRId64, r->b.proc);
+	snprintf(st, sizeof(st), "%d", r->res.exit_status);
+	snprintf(sig, sizeof(sig), "%d", r->res.exit_signal);
+	snprintf(rss, sizeof(rss), "%" PRId64, r->res.max_rss);
+	params[0] = host;
+	params[1] = token;
+	params[2] = epoch;
+	params[3] = proc;
+	params[4] = st;
+	params[5] = sig;
+	params[6] = r->res.max_rss >= 0 ? rss : NULL;
+	return db_exec("SELECT frameq.complete($1, $2, $3::bigint, $4::bigint, $5::int, $6::int, $7::bigint)",
+				   7, params, timeout_ms, NULL);
+}
+
+/*
+ * Fault injection: act as if the connection had died before the answer
+ * arrived.  The server has done (and committed) what it answered, the
+ * agent does not know it.  The report stays pending and goes out again
+ * after the reconnect, as after any lost connection.
+ */
+static void
+discard_answer(const struct run *r, struct pg_result *res)
+{
+	if (db_ok(res) && db_ntuples(res) == 1)
+		log_event("report-dropped", "proc=%" PRId64 " frame=%" PRId64 " when=after discarded=%s reason=\"fault injection: answer discarded, connection closed\"",
+				  r->b.proc, r->b.frame, db_value(res, 0, 0));
+	else
+		log_event("report-dropped", "proc=%" PRId64 " frame=%" PRId64 " when=after discarded=error sqlstate=%s reason=\"fault injection: answer discarded, connection closed\"",
+				  r->b.proc, r->b.frame, db_sqlstate(res));
+	db_clear(res);
+	db_disconnect("fault injection: report answer dropped");
+}
+
+/*
+ * Act on complete()'s answer: an acknowledged report is done and its run
+ * dropped; a failed one is tried again after a backoff.  False if the host
+ * token was refused: then there is no backoff, the caller re-reads the
+ * token file and the report goes out again with the new one (or not at
+ * all, if the agent gives up on its token).
+ */
+static bool
+take_answer(struct run *r, struct pg_result *res, int64_t now)
+{
+	if (db_ok(res) && db_ntuples(res) == 1)
+	{
+		const char *answer = db_value(res, 0, 0);
+
+		log_event("reported", "proc=%" PRId64 " frame=%" PRId64 " epoch=%" PRId64 " exit_status=%d exit_signal=%d answer=%s%s",
+				  r->b.proc, r->b.frame, r->epoch, r->res.exit_status,
+				  r->res.exit_signal, answer,
+				  strcmp(answer, "stale") == 0 ?
+				  " note=\"not this host's live proc any more: its output must not be published\"" : "");
+		db_clear(res);
+		drop(r);
+		return true;
+	}
+	if (strcmp(db_sqlstate(res), "28P01") == 0)
+	{
+		log_event("report-failed", "proc=%" PRId64 " sqlstate=28P01 error=\"%s\"",
+				  r->b.proc, db_error(res));
+		db_clear(res);
+		token_refused_flag = true;
+		return false;
+	}
+	log_event("report-failed", "proc=%" PRId64 " sqlstate=%s error=\"%s\" retry_in=%.1fs",
+			  r->b.proc, db_sqlstate(res), db_error(res), report_later(r, now));
+	db_clear(res);
+	return true;
+}
+
 bool
 runs_send_reports(const char *host, const char *token, bool all_now, int timeout_ms,
 				  double drop_percent)
@@ -662,12 +745,6 @@ runs_send_reports(const char *host, const char *token, bool all_now, int timeout
 
 	for (r = runs; r; r = next)
 	{
-		char		epoch[32],
-					proc[32],
-					st[16],
-					sig[16],
-					rss[32];
-		const char *params[7];
 		struct pg_result *res;
 		enum report_fault fault;
 
@@ -683,69 +760,16 @@ runs_send_reports(const char *host, const char *token, bool all_now, int timeout
 					  r->b.proc, r->b.frame, retry_in);
 			continue;
 		}
-		snprintf(epoch, sizeof(epoch), "%" PRId64, r->epoch);
-		snprintf(proc, sizeof(proc), "%" PRId64, r->b.proc);
-		snprintf(st, sizeof(st), "%d", r->res.exit_status);
-		snprintf(sig, sizeof(sig), "%d", r->res.exit_signal);
-		snprintf(rss, sizeof(rss), "%" PRId64, r->res.max_rss);
-		params[0] = host;
-		params[1] = token;
-		params[2] = epoch;
-		params[3] = proc;
-		params[4] = st;
-		params[5] = sig;
-		params[6] = r->res.max_rss >= 0 ? rss : NULL;
-		res = db_exec("SELECT frameq.complete($1, $2, $3::bigint, $4::bigint, $5::int, $6::int, $7::bigint)",
-					  7, params, timeout_ms, NULL);
+		res = call_complete(r, host, token, timeout_ms);
 		if (!res)
 			return false;
 		if (fault == FAULT_AFTER)
 		{
-			/*
-			 * As if the connection had died before the answer arrived: the
-			 * server has done (and committed) what it answered, the agent
-			 * does not know it.  The report stays pending and goes out again
-			 * after the reconnect, as after any lost connection.
-			 */
-			if (db_ok(res) && db_ntuples(res) == 1)
-				log_event("report-dropped", "proc=%" PRId64 " frame=%" PRId64 " when=after discarded=%s reason=\"fault injection: answer discarded, connection closed\"",
-						  r->b.proc, r->b.frame, db_value(res, 0, 0));
-			else
-				log_event("report-dropped", "proc=%" PRId64 " frame=%" PRId64 " when=after discarded=error sqlstate=%s reason=\"fault injection: answer discarded, connection closed\"",
-						  r->b.proc, r->b.frame, db_sqlstate(res));
-			db_clear(res);
-			db_disconnect("fault injection: report answer dropped");
+			discard_answer(r, res);
 			return false;
 		}
-		if (db_ok(res) && db_ntuples(res) == 1)
-		{
-			const char *answer = db_value(res, 0, 0);
-
-			log_event("reported", "proc=%" PRId64 " frame=%" PRId64 " epoch=%" PRId64 " exit_status=%d exit_signal=%d answer=%s%s",
-					  r->b.proc, r->b.frame, r->epoch, r->res.exit_status,
-					  r->res.exit_signal, answer,
-					  strcmp(answer, "stale") == 0 ?
-					  " note=\"not this host's live proc any more: its output must not be published\"" : "");
-			db_clear(res);
-			drop(r);
-			continue;
-		}
-		if (strcmp(db_sqlstate(res), "28P01") == 0)
-		{
-			/*
-			 * The host token was refused: no backoff, the caller re-reads
-			 * the token file and the report goes out again with the new one
-			 * (or not at all, if the agent gives up on its token).
-			 */
-			log_event("report-failed", "proc=%" PRId64 " sqlstate=28P01 error=\"%s\"",
-					  r->b.proc, db_error(res));
-			db_clear(res);
-			token_refused_flag = true;
+		if (!take_answer(r, res, now))
 			return true;
-		}
-		log_event("report-failed", "proc=%" PRId64 " sqlstate=%s error=\"%s\" retry_in=%.1fs",
-				  r->b.proc, db_sqlstate(res), db_error(res), report_later(r, now));
-		db_clear(res);
 	}
 	return true;
 }
