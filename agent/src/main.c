@@ -1163,14 +1163,65 @@ forget_other_boots(void)
 	}
 }
 
+/*
+ * Create the state and log directories and lock the state directory for
+ * this agent's whole life: two agents sharing one would each take the
+ * other's renders for leftovers and kill them.  The lock's descriptor is
+ * never closed (the supervisors close their copy).  False, with the
+ * reason on stderr, if either fails.
+ */
+static bool
+take_state_dir(void)
+{
+	char		lockpath[PATH_MAX];
+	int			lockfd;
+
+	if (mkdir_p(cfg.state_dir, 0700) != 0 || mkdir_p(cfg.log_dir, 0755) != 0)
+	{
+		fprintf(stderr, "frameq-agent: cannot create %s or %s: %s\n",
+				cfg.state_dir, cfg.log_dir, strerror(errno));
+		return false;
+	}
+	snprintf(lockpath, sizeof(lockpath), "%s/agent.lock", cfg.state_dir);
+	lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) != 0)
+	{
+		fprintf(stderr, "frameq-agent: another agent is using %s\n", cfg.state_dir);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Take the signals the agent acts on through sigfd, so that the main loop
+ * handles them between rounds and never inside a handler.  False if there
+ * is no signalfd.
+ */
+static bool
+open_sigfd(void)
+{
+	sigset_t	mask;
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	sigaddset(&mask, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sigfd < 0)
+	{
+		perror("frameq-agent: signalfd");
+		return false;
+	}
+	return true;
+}
+
 int
 main(int argc, char **argv)
 {
 	char		err[1024];
-	char		lockpath[PATH_MAX];
-	sigset_t	mask;
-	int			lockfd,
-				rc;
+	int			rc;
 
 	saved_argc = argc;
 	saved_argv = argv;
@@ -1190,34 +1241,11 @@ main(int argc, char **argv)
 		log_event("refused", "error=\"%s\"", err);
 		return 2;
 	}
-	if (mkdir_p(cfg.state_dir, 0700) != 0 || mkdir_p(cfg.log_dir, 0755) != 0)
-	{
-		fprintf(stderr, "frameq-agent: cannot create %s or %s: %s\n",
-				cfg.state_dir, cfg.log_dir, strerror(errno));
+	if (!take_state_dir())
 		return 2;
-	}
-	/* one agent per state directory */
-	snprintf(lockpath, sizeof(lockpath), "%s/agent.lock", cfg.state_dir);
-	lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) != 0)
-	{
-		fprintf(stderr, "frameq-agent: another agent is using %s\n", cfg.state_dir);
-		return 2;
-	}
 	read_boot_id();
-
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	sigaddset(&mask, SIGHUP);
-	sigaddset(&mask, SIGCHLD);
-	sigprocmask(SIG_BLOCK, &mask, NULL);
-	sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-	if (sigfd < 0)
-	{
-		perror("frameq-agent: signalfd");
+	if (!open_sigfd())
 		return 2;
-	}
 
 	log_event("start", "version=%s host=%s pid=%d state_dir=%s log_dir=%s work_dir=%s kill_grace=%.2fs on_term=%s config=%s",
 			  AGENT_VERSION, cfg.host, (int) getpid(), cfg.state_dir, cfg.log_dir,
