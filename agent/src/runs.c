@@ -346,7 +346,7 @@ record_run(const struct run *r)
  * False if the supervisor could not be reached.
  */
 static bool
-send_go(struct run *r, int64_t deadline_ns, int64_t grace_ns)
+send_go(const struct run *r, int64_t deadline_ns, int64_t grace_ns)
 {
 	struct lease_msg msg = {.deadline_ns = deadline_ns,.grace_ns = grace_ns};
 
@@ -370,6 +370,7 @@ runs_launch(const struct launch *l, int64_t deadline_ns)
 
 	if (!start_supervisor(r, l))
 	{
+		/* nothing was started: the run ends at once, as not run */
 		memset(&r->res, 0, sizeof(r->res));
 		r->res.proc = r->b.proc;
 		r->res.killed_by = KILLED_ERROR;
