@@ -491,15 +491,15 @@ arg_opt(int argc, char **argv, int *i, const char **value, char *err, size_t err
 	return o;
 }
 
-int
-config_load(struct config *cfg, int argc, char **argv, char *err, size_t errlen)
+/*
+ * The first pass over the command line: --help and --version answer at
+ * once (1), and --config must be known before anything else is read,
+ * because the file has the lowest precedence and is read first.  Returns
+ * 0 with *cfile set (or left alone), 1 if answered, -1 on an error.
+ */
+static int
+early_options(int argc, char **argv, const char **cfile, char *err, size_t errlen)
 {
-	const char *cfile = getenv("FRAMEQ_CONFIG");
-	char		env[64];
-
-	set_defaults(cfg);
-
-	/* first pass: --help, --version and where the config file is */
 	for (int i = 1; i < argc; i++)
 	{
 		const char *v;
@@ -518,17 +518,17 @@ config_load(struct config *cfg, int argc, char **argv, char *err, size_t errlen)
 			return 1;
 		}
 		if (o->type == T_CONFIG)
-			cfile = v;
+			*cfile = v;
 	}
-	if (cfile && cfile[0])
-	{
-		free(cfg->config_file);
-		cfg->config_file = strdup(cfile);
-		if (!read_config_file(cfg, cfile, err, errlen))
-			return -1;
-	}
+	return 0;
+}
 
-	/* the environment */
+/* Every FRAMEQ_<OPTION> that is set and not empty. */
+static bool
+read_environment(struct config *cfg, char *err, size_t errlen)
+{
+	char		env[64];
+
 	for (const struct opt_def *o = opts; o->name; o++)
 	{
 		const char *v;
@@ -538,50 +538,95 @@ config_load(struct config *cfg, int argc, char **argv, char *err, size_t errlen)
 		env_name(o, env, sizeof(env));
 		v = getenv(env);
 		if (v && v[0] && !set_opt(cfg, o, v, env, err, errlen))
-			return -1;
+			return false;
 	}
+	return true;
+}
 
-	/* the command line */
+/*
+ * The command line, read last so that it wins.  --kill-on-term and
+ * --finish-on-term are flags there ("yes" unless given a value).
+ */
+static bool
+read_command_line(struct config *cfg, int argc, char **argv, char *err, size_t errlen)
+{
 	for (int i = 1; i < argc; i++)
 	{
 		const char *v;
 		const struct opt_def *o = arg_opt(argc, argv, &i, &v, err, errlen);
 
 		if (!o)
-			return -1;
+			return false;
 		if (o->type == T_CONFIG)
 			continue;
 		if (o->type == T_KILL_ON_TERM || o->type == T_FINISH_ON_TERM)
 		{
 			if (!set_opt(cfg, o, v ? v : "yes", "command line", err, errlen))
-				return -1;
+				return false;
 			continue;
 		}
 		if (!set_opt(cfg, o, v, "command line", err, errlen))
-			return -1;
+			return false;
 	}
+	return true;
+}
 
-	/* what the rest of the agent relies on */
+/*
+ * What the rest of the agent relies on.  The host name follows the
+ * server's rule for names (doc/reference.md), so that a name no host can
+ * have is refused at start rather than at every attach, and so that it
+ * can go into log lines unquoted.
+ */
+static bool
+check_config(struct config *cfg, char *err, size_t errlen)
+{
 	if (!cfg->host[0] || strlen(cfg->host) > 100 ||
 		strspn(cfg->host, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 			   "0123456789_.:@+-") != strlen(cfg->host))
 	{
 		snprintf(err, errlen, "invalid --host \"%s\" (1 to 100 of A-Z a-z 0-9 _ . : @ + -)",
 				 cfg->host);
-		return -1;
+		return false;
 	}
 	if (!cfg->token_file[0])
 	{
 		snprintf(err, errlen, "--token-file is required (see --help)");
-		return -1;
+		return false;
 	}
 	if (!cfg->state_dir[0] || !cfg->log_dir[0] || !cfg->work_dir[0])
 	{
 		snprintf(err, errlen, "--state-dir, --log-dir and --work-dir must not be empty");
-		return -1;
+		return false;
 	}
 	if (cfg->reserve_interval < 0.01)
 		cfg->reserve_interval = 0.01;
+	return true;
+}
+
+/*
+ * Build the configuration: the defaults, then the config file, the
+ * environment and the command line, each overriding what came before.
+ */
+int
+config_load(struct config *cfg, int argc, char **argv, char *err, size_t errlen)
+{
+	const char *cfile = getenv("FRAMEQ_CONFIG");
+	int			rc;
+
+	set_defaults(cfg);
+	if ((rc = early_options(argc, argv, &cfile, err, errlen)) != 0)
+		return rc;
+	if (cfile && cfile[0])
+	{
+		free(cfg->config_file);
+		cfg->config_file = strdup(cfile);
+		if (!read_config_file(cfg, cfile, err, errlen))
+			return -1;
+	}
+	if (!read_environment(cfg, err, errlen) ||
+		!read_command_line(cfg, argc, argv, err, errlen) ||
+		!check_config(cfg, err, errlen))
+		return -1;
 	return 0;
 }
 

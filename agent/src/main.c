@@ -564,74 +564,92 @@ set_secret(struct booking *b, const char *s)
 	memcpy(b->run_secret, s, len + 1);
 }
 
-static void
-do_reserve(void)
+/*
+ * Ask the server for bookings, at most max_frames of them (0: as many as
+ * fit).  Returns the answer: one row per booking and env entry, the layer's
+ * env as rows so that the agent needs no JSON parser.  On a failure,
+ * returns NULL after deciding when to ask again: at once if the token file
+ * holds a new token, else after the reserve interval.
+ */
+static struct pg_result *
+call_reserve(int max_frames)
 {
 	char		ep[32],
 				mf[16];
 	const char *params[4] = {cfg.host, token, ep, NULL};
 	struct pg_result *res;
-	int			max_frames,
-				n,
-				nb = 0;
-	struct booking *bs;
-	int64_t		now;
 
-	if (!have_room(&max_frames))
-		return;
 	snprintf(ep, sizeof(ep), "%" PRId64, epoch);
 	if (max_frames > 0)
 	{
 		snprintf(mf, sizeof(mf), "%d", max_frames);
 		params[3] = mf;
 	}
-	/* the layer's env as rows: no JSON parsing here */
 	res = db_exec("SELECT b.proc, b.frame, b.job, b.layer, b.frame_number, b.command, "
 				  "b.cores::text, b.memory, b.gpus, b.gpu_memory, e.key, e.value, "
 				  "b.run_secret "
 				  "FROM frameq.reserve($1, $2, $3::bigint, $4::int) b "
 				  "LEFT JOIN LATERAL jsonb_each_text(b.env) e ON true",
 				  4, params, call_timeout_ms(), NULL);
-	if (!res)
-		return;
-	now = lease_clock_ns();
-	if (!db_ok(res))
-	{
-		if (!lease_error(res))
-			log_event("reserve-failed", "epoch=%" PRId64 " sqlstate=%s error=\"%s\"",
-					  epoch, db_sqlstate(res), db_error(res));
-		next_reserve = now + SEC(cfg.reserve_interval);
-		if (strcmp(db_sqlstate(res), "28P01") == 0 && token_refused("reserve"))
-			next_reserve = 0;
-		db_clear(res);
-		return;
-	}
-	n = db_ntuples(res);
-	bs = calloc((size_t) (n > 0 ? n : 1), sizeof(*bs));
+	if (!res || db_ok(res))
+		return res;
+	next_reserve = lease_clock_ns() + SEC(cfg.reserve_interval);
+	if (!lease_error(res))
+		log_event("reserve-failed", "epoch=%" PRId64 " sqlstate=%s error=\"%s\"",
+				  epoch, db_sqlstate(res), db_error(res));
+	if (strcmp(db_sqlstate(res), "28P01") == 0 && token_refused("reserve"))
+		next_reserve = 0;
+	db_clear(res);
+	return NULL;
+}
+
+/*
+ * The booking of row i, whose first row it is.  Its command points into
+ * res, which must outlive it; env has room for every row of the answer.
+ */
+static void
+booking_from_row(struct booking *b, struct pg_result *res, int i)
+{
+	b->proc = strtoll(db_value(res, i, 0), NULL, 10);
+	b->frame = strtoll(db_value(res, i, 1), NULL, 10);
+	b->job = strtoll(db_value(res, i, 2), NULL, 10);
+	b->layer = strtoll(db_value(res, i, 3), NULL, 10);
+	b->frame_number = atoi(db_value(res, i, 4));
+	b->command = (char *) db_value(res, i, 5);
+	snprintf(b->cores, sizeof(b->cores), "%s", db_value(res, i, 6));
+	b->cores_n = strtod(b->cores, NULL);
+	b->memory = strtoll(db_value(res, i, 7), NULL, 10);
+	b->gpus = atoi(db_value(res, i, 8));
+	b->gpu_memory = strtoll(db_value(res, i, 9), NULL, 10);
+	b->env = calloc((size_t) db_ntuples(res) + 1, sizeof(char *));
+	set_secret(b, db_isnull(res, i, 12) ? "" : db_value(res, i, 12));
+}
+
+/*
+ * Gather the answer's rows into bookings (as many as *nb says), one per
+ * proc, with the env entries of all its rows.  A name that the render's
+ * environment could not hold is left out, and said so, rather than
+ * refusing the whole booking.
+ */
+static struct booking *
+bookings_from_answer(struct pg_result *res, int *nb)
+{
+	int			n = db_ntuples(res);
+	struct booking *bs = calloc((size_t) (n > 0 ? n : 1), sizeof(*bs));
+
+	*nb = 0;
 	for (int i = 0; i < n; i++)
 	{
 		int64_t		proc = strtoll(db_value(res, i, 0), NULL, 10);
 		struct booking *b = NULL;
 
-		for (int j = 0; j < nb; j++)
+		for (int j = 0; j < *nb; j++)
 			if (bs[j].proc == proc)
 				b = &bs[j];
 		if (!b)
 		{
-			b = &bs[nb++];
-			b->proc = proc;
-			b->frame = strtoll(db_value(res, i, 1), NULL, 10);
-			b->job = strtoll(db_value(res, i, 2), NULL, 10);
-			b->layer = strtoll(db_value(res, i, 3), NULL, 10);
-			b->frame_number = atoi(db_value(res, i, 4));
-			b->command = (char *) db_value(res, i, 5);
-			snprintf(b->cores, sizeof(b->cores), "%s", db_value(res, i, 6));
-			b->cores_n = strtod(b->cores, NULL);
-			b->memory = strtoll(db_value(res, i, 7), NULL, 10);
-			b->gpus = atoi(db_value(res, i, 8));
-			b->gpu_memory = strtoll(db_value(res, i, 9), NULL, 10);
-			b->env = calloc((size_t) n + 1, sizeof(char *));
-			set_secret(b, db_isnull(res, i, 12) ? "" : db_value(res, i, 12));
+			b = &bs[(*nb)++];
+			booking_from_row(b, res, i);
 		}
 		if (!db_isnull(res, i, 10))
 		{
@@ -644,6 +662,16 @@ do_reserve(void)
 				b->nenv++;
 		}
 	}
+	return bs;
+}
+
+/*
+ * Start each booking under a supervisor, with the deadline of the last
+ * renewal: the bookings were made under the lease it holds.
+ */
+static void
+launch_bookings(struct booking *bs, int nb)
+{
 	for (int j = 0; j < nb; j++)
 	{
 		struct booking *b = &bs[j];
@@ -660,12 +688,34 @@ do_reserve(void)
 		log_event("booked", "proc=%" PRId64 " frame=%" PRId64 " job=%" PRId64 " layer=%" PRId64 " frame_number=%d cores=%s memory=%" PRId64 " gpus=%d epoch=%" PRId64,
 				  b->proc, b->frame, b->job, b->layer, b->frame_number, b->cores,
 				  b->memory, b->gpus, epoch);
-		/* the booking was made under the lease the last renewal holds */
 		runs_launch(&l, lease_deadline);
 		for (int k = 0; k < b->nenv; k++)
 			free(b->env[k]);
 		free(b->env);
 	}
+}
+
+/*
+ * Reserve what fits and launch it.  After a reserve that found nothing,
+ * wait the reserve interval before asking again; after one that found
+ * something, ask again at once, as there may be room for more.
+ */
+static void
+do_reserve(void)
+{
+	struct pg_result *res;
+	struct booking *bs;
+	int			max_frames,
+				nb;
+	int64_t		now;
+
+	if (!have_room(&max_frames))
+		return;
+	if (!(res = call_reserve(max_frames)))
+		return;
+	now = lease_clock_ns();
+	bs = bookings_from_answer(res, &nb);
+	launch_bookings(bs, nb);
 	free(bs);
 	db_clear(res);
 	next_reserve = nb > 0 ? now : now + SEC(cfg.reserve_interval);
@@ -806,109 +856,126 @@ connect_backoff(void)
 	return b < cap ? b : cap;
 }
 
-/* one round of talking to the database: returns when it has nothing to do */
-static void
-step(void)
+/*
+ * Renders of an earlier agent or of a lost lease are still being killed:
+ * nothing may be attached until they are dead, so say (every 5 s) what the
+ * agent waits for.  True while any is alive.
+ */
+static bool
+waiting_for_renders(const char *reason, int64_t now)
 {
-	int64_t		now = lease_clock_ns();
-
-	if (phase == PH_RECOVER)
+	if (runs_alive() == 0)
+		return false;
+	if (now - last_wait_log > SEC(5))
 	{
-		if (runs_alive() > 0)
-		{
-			if (now - last_wait_log > SEC(5))
-			{
-				log_event("waiting", "reason=\"an earlier agent's renders are being killed\" alive=%d", runs_alive());
-				last_wait_log = now;
-			}
-			return;
-		}
-		phase = PH_ATTACH;
+		log_event("waiting", "reason=\"%s\" alive=%d", reason, runs_alive());
+		last_wait_log = now;
 	}
+	return true;
+}
 
-	/* a frameq this agent does not speak: no more calls (main() exits) */
-	if (version_refused)
-		return;
-
-	if (!db_connected())
+/*
+ * Connect if not connected, with a growing pause between failures.  A new
+ * connection has no LISTEN yet (listen_if_needed() gives it one), and it
+ * may reach another server (a failover), whose database's frameq must be
+ * one the agent speaks.  True if connected.
+ */
+static bool
+connect_if_needed(int64_t now)
+{
+	if (db_connected())
+		return true;
+	if (now < next_connect)
+		return false;
+	if (!db_connect(cfg.conninfo, cfg.host))
 	{
-		if (now < next_connect)
-			return;
-		if (!db_connect(cfg.conninfo, cfg.host))
-		{
-			connect_failures++;
-			next_connect = lease_clock_ns() + connect_backoff();
-			return;
-		}
-		connect_failures = 0;
-		listening = false;
-		if (!extension_spoken())
-			return;
+		connect_failures++;
+		next_connect = lease_clock_ns() + connect_backoff();
+		return false;
 	}
+	connect_failures = 0;
+	listening = false;
+	return extension_spoken();
+}
 
-	/* a refused token: nothing until the file holds another one */
-	if (token_given_up)
-	{
-		token_check();
-		if (token_given_up)
-			return;
-	}
-
-	/*
-	 * Reports first.  Before an attach, all of them at once: an earlier
-	 * epoch's finished render counts only while its proc is still live.
-	 */
+/*
+ * The reports of ended renders go before any other call.  Before an
+ * attach, all of them at once: an earlier epoch's finished render counts
+ * only while its proc is still live, and the attach ends that.  False if
+ * the round must end here (no connection, or a refused token).
+ */
+static bool
+send_reports(void)
+{
 	if (!runs_send_reports(cfg.host, token, phase == PH_ATTACH, call_timeout_ms(),
 						   cfg.fault_drop_reports))
-		return;
+		return false;
 	/* 28P01: re-read the token file; the reports go out again next round */
 	if (runs_take_token_refused())
 	{
 		token_refused("complete");
-		return;
+		return false;
 	}
+	return true;
+}
 
+/*
+ * Without a lease, attach once the renders of the lost one are dead and the
+ * database's frameq (which ALTER EXTENSION may have changed since the
+ * connect) is one the agent speaks.  True if a lease is held.
+ */
+static bool
+attach_if_needed(int64_t now)
+{
 	if (phase == PH_LEASE_LOST)
 	{
-		if (runs_alive() > 0)
-		{
-			if (now - last_wait_log > SEC(5))
-			{
-				log_event("waiting", "reason=\"renders of the lost lease are being killed\" alive=%d", runs_alive());
-				last_wait_log = now;
-			}
-			return;
-		}
+		if (waiting_for_renders("renders of the lost lease are being killed", now))
+			return false;
 		phase = PH_ATTACH;
 		next_heartbeat = 0;
 	}
-	if (phase == PH_ATTACH)
+	if (phase != PH_ATTACH)
+		return true;
+	if (stopping || now < next_heartbeat)
+		return false;
+	if (!db_reread_extension_version(call_timeout_ms()))
 	{
-		if (stopping || now < next_heartbeat)
-			return;
-		if (!db_reread_extension_version(call_timeout_ms()))
-		{
-			next_heartbeat = lease_clock_ns() + SEC(1);
-			return;
-		}
-		if (!extension_spoken())
-			return;
-		if (!do_attach())
-			return;
+		next_heartbeat = lease_clock_ns() + SEC(1);
+		return false;
 	}
+	return extension_spoken() && do_attach();
+}
 
-	/* PH_RUNNING */
-	if (!listening && channel[0])
-	{
-		bool		ok = db_listen(channel);
+/*
+ * LISTEN on the host's channel once per connection.  If that fails, kill
+ * orders still come with every heartbeat, so the agent goes on, and tries
+ * again after the next reconnect.  False if the connection was lost.
+ */
+static bool
+listen_if_needed(void)
+{
+	bool		ok;
 
-		if (!db_connected())
-			return;
-		/* if it failed, kill orders still come with heartbeats; again after a reconnect */
-		listening = true;
-		if (ok)
-			log_event("listening", "channel=%s", channel);
-	}
+	if (listening || !channel[0])
+		return true;
+	ok = db_listen(channel);
+	if (!db_connected())
+		return false;
+	listening = true;
+	if (ok)
+		log_event("listening", "channel=%s", channel);
+	return true;
+}
+
+/*
+ * Holding a lease: renew it when due (at once after a hint, twice at the
+ * end of a shutdown) and book while there is room.
+ */
+static void
+hold_lease(void)
+{
+	if (!listen_if_needed())
+		return;
 	if (stopping && runs_alive() == 0 && runs_pending_reports() == 0 && final_beats < 2)
 	{
 		/*
@@ -939,6 +1006,43 @@ step(void)
 		next_reserve = 0;
 	if (lease_clock_ns() >= reserve_time())
 		do_reserve();
+}
+
+/*
+ * One round of talking to the database: returns when it has nothing to do.
+ * Each step below returns false when the round must end there.
+ */
+static void
+step(void)
+{
+	int64_t		now = lease_clock_ns();
+
+	if (phase == PH_RECOVER)
+	{
+		if (waiting_for_renders("an earlier agent's renders are being killed", now))
+			return;
+		phase = PH_ATTACH;
+	}
+
+	/* a frameq this agent does not speak: no more calls (main() exits) */
+	if (version_refused)
+		return;
+	if (!connect_if_needed(now))
+		return;
+
+	/* a refused token: nothing until the file holds another one */
+	if (token_given_up)
+	{
+		token_check();
+		if (token_given_up)
+			return;
+	}
+
+	if (!send_reports())
+		return;
+	if (!attach_if_needed(now))
+		return;
+	hold_lease();
 }
 
 static bool
@@ -1059,14 +1163,65 @@ forget_other_boots(void)
 	}
 }
 
+/*
+ * Create the state and log directories and lock the state directory for
+ * this agent's whole life: two agents sharing one would each take the
+ * other's renders for leftovers and kill them.  The lock's descriptor is
+ * never closed (the supervisors close their copy).  False, with the
+ * reason on stderr, if either fails.
+ */
+static bool
+take_state_dir(void)
+{
+	char		lockpath[PATH_MAX];
+	int			lockfd;
+
+	if (mkdir_p(cfg.state_dir, 0700) != 0 || mkdir_p(cfg.log_dir, 0755) != 0)
+	{
+		fprintf(stderr, "frameq-agent: cannot create %s or %s: %s\n",
+				cfg.state_dir, cfg.log_dir, strerror(errno));
+		return false;
+	}
+	snprintf(lockpath, sizeof(lockpath), "%s/agent.lock", cfg.state_dir);
+	lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) != 0)
+	{
+		fprintf(stderr, "frameq-agent: another agent is using %s\n", cfg.state_dir);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Take the signals the agent acts on through sigfd, so that the main loop
+ * handles them between rounds and never inside a handler.  False if there
+ * is no signalfd.
+ */
+static bool
+open_sigfd(void)
+{
+	sigset_t	mask;
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	sigaddset(&mask, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sigfd < 0)
+	{
+		perror("frameq-agent: signalfd");
+		return false;
+	}
+	return true;
+}
+
 int
 main(int argc, char **argv)
 {
 	char		err[1024];
-	char		lockpath[PATH_MAX];
-	sigset_t	mask;
-	int			lockfd,
-				rc;
+	int			rc;
 
 	saved_argc = argc;
 	saved_argv = argv;
@@ -1086,34 +1241,11 @@ main(int argc, char **argv)
 		log_event("refused", "error=\"%s\"", err);
 		return 2;
 	}
-	if (mkdir_p(cfg.state_dir, 0700) != 0 || mkdir_p(cfg.log_dir, 0755) != 0)
-	{
-		fprintf(stderr, "frameq-agent: cannot create %s or %s: %s\n",
-				cfg.state_dir, cfg.log_dir, strerror(errno));
+	if (!take_state_dir())
 		return 2;
-	}
-	/* one agent per state directory */
-	snprintf(lockpath, sizeof(lockpath), "%s/agent.lock", cfg.state_dir);
-	lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (lockfd < 0 || flock(lockfd, LOCK_EX | LOCK_NB) != 0)
-	{
-		fprintf(stderr, "frameq-agent: another agent is using %s\n", cfg.state_dir);
-		return 2;
-	}
 	read_boot_id();
-
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	sigaddset(&mask, SIGHUP);
-	sigaddset(&mask, SIGCHLD);
-	sigprocmask(SIG_BLOCK, &mask, NULL);
-	sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-	if (sigfd < 0)
-	{
-		perror("frameq-agent: signalfd");
+	if (!open_sigfd())
 		return 2;
-	}
 
 	log_event("start", "version=%s host=%s pid=%d state_dir=%s log_dir=%s work_dir=%s kill_grace=%.2fs on_term=%s config=%s",
 			  AGENT_VERSION, cfg.host, (int) getpid(), cfg.state_dir, cfg.log_dir,

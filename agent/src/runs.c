@@ -248,14 +248,11 @@ supervisor_gone(struct run *r)
 	finalize(r);
 }
 
-struct run *
-runs_launch(const struct launch *l, int64_t deadline_ns)
+/* A new run for the booking, its own copy, first in the table. */
+static struct run *
+new_run(const struct launch *l)
 {
 	struct run *r = calloc(1, sizeof(*r));
-	struct run_record rec;
-	struct lease_msg msg;
-	int			fds[2];
-	pid_t		pid;
 
 	r->b = *l->b;
 	r->b.command = strdup(l->b->command);
@@ -268,11 +265,23 @@ runs_launch(const struct launch *l, int64_t deadline_ns)
 	r->started_ns = lease_clock_ns();
 	r->next = runs;
 	runs = r;
+	return r;
+}
+
+/*
+ * Fork the run's supervisor, with a pipe for its deadlines.  False if
+ * there is none (nothing was started).
+ */
+static bool
+start_supervisor(struct run *r, const struct launch *l)
+{
+	int			fds[2];
+	pid_t		pid;
 
 	if (pipe2(fds, O_CLOEXEC) != 0)
 	{
 		log_event("launch-error", "proc=%" PRId64 " error=\"pipe: %s\"", r->b.proc, strerror(errno));
-		goto failed;
+		return false;
 	}
 	fflush(NULL);
 	pid = fork();
@@ -281,7 +290,7 @@ runs_launch(const struct launch *l, int64_t deadline_ns)
 		log_event("launch-error", "proc=%" PRId64 " error=\"fork: %s\"", r->b.proc, strerror(errno));
 		close(fds[0]);
 		close(fds[1]);
-		goto failed;
+		return false;
 	}
 	if (pid == 0)
 	{
@@ -304,8 +313,18 @@ runs_launch(const struct launch *l, int64_t deadline_ns)
 	r->sup_pid = pid;
 	r->sup_alive = true;
 	proc_start_time(pid, &r->sup_start);
+	return true;
+}
 
-	/* record it before anything runs: a later agent must find every render */
+/*
+ * Record the run in the state directory before anything runs: a later
+ * agent must find every render.  False if it could not be written.
+ */
+static bool
+record_run(const struct run *r)
+{
+	struct run_record rec;
+
 	memset(&rec, 0, sizeof(rec));
 	rec.proc = r->b.proc;
 	rec.epoch = r->epoch;
@@ -313,37 +332,58 @@ runs_launch(const struct launch *l, int64_t deadline_ns)
 	rec.job = r->b.job;
 	rec.layer = r->b.layer;
 	rec.frame_number = r->b.frame_number;
-	rec.sup_pid = pid;
+	rec.sup_pid = r->sup_pid;
 	rec.sup_start = r->sup_start;
-	if (state_write_run(state_dir, &rec) != 0)
+	if (state_write_run(state_dir, &rec) == 0)
+		return true;
+	log_event("launch-error", "proc=%" PRId64 " error=\"cannot write the state file in %s: %s\"",
+			  r->b.proc, state_dir, strerror(errno));
+	return false;
+}
+
+/*
+ * The go, and the first deadline: the supervisor starts the render on it.
+ * False if the supervisor could not be reached.
+ */
+static bool
+send_go(const struct run *r, int64_t deadline_ns, int64_t grace_ns)
+{
+	struct lease_msg msg = {.deadline_ns = deadline_ns,.grace_ns = grace_ns};
+
+	if (write(r->pipe_fd, &msg, sizeof(msg)) == sizeof(msg))
+		return true;
+	log_event("launch-error", "proc=%" PRId64 " error=\"cannot reach the supervisor: %s\"",
+			  r->b.proc, strerror(errno));
+	return false;
+}
+
+/*
+ * Launch a booking: a supervisor, its state file, then its go.  A
+ * supervisor that gets no go sees end of file on its pipe and exits
+ * without starting the render; the launch error makes the agent hold off
+ * reserving, since a host that cannot start renders would only churn.
+ */
+struct run *
+runs_launch(const struct launch *l, int64_t deadline_ns)
+{
+	struct run *r = new_run(l);
+
+	if (!start_supervisor(r, l))
 	{
-		log_event("launch-error", "proc=%" PRId64 " error=\"cannot write the state file in %s: %s\"",
-				  r->b.proc, state_dir, strerror(errno));
-		/* no go: the supervisor sees end of file and exits without starting */
-		close(r->pipe_fd);
-		r->pipe_fd = -1;
-		launch_error = true;
-		return r;
+		/* nothing was started: the run ends at once, as not run */
+		memset(&r->res, 0, sizeof(r->res));
+		r->res.proc = r->b.proc;
+		r->res.killed_by = KILLED_ERROR;
+		finalize(r);
+		return NULL;
 	}
-	/* the go, and the first deadline */
-	msg.deadline_ns = deadline_ns;
-	msg.grace_ns = l->kill_grace_ns;
-	if (write(r->pipe_fd, &msg, sizeof(msg)) != sizeof(msg))
+	if (!record_run(r) || !send_go(r, deadline_ns, l->kill_grace_ns))
 	{
-		log_event("launch-error", "proc=%" PRId64 " error=\"cannot reach the supervisor: %s\"",
-				  r->b.proc, strerror(errno));
 		close(r->pipe_fd);
 		r->pipe_fd = -1;
 		launch_error = true;
 	}
 	return r;
-
-failed:
-	memset(&r->res, 0, sizeof(r->res));
-	r->res.proc = r->b.proc;
-	r->res.killed_by = KILLED_ERROR;
-	finalize(r);
-	return NULL;
 }
 
 static void
@@ -613,6 +653,89 @@ report_fault(double drop_percent)
 	return FAULT_NONE;
 }
 
+/* Send the run's complete(); NULL if no answer came (the connection is gone). */
+static struct pg_result *
+call_complete(const struct run *r, const char *host, const char *token, int timeout_ms)
+{
+	char		epoch[32],
+				proc[32],
+				st[16],
+				sig[16],
+				rss[32];
+	const char *params[7];
+
+	snprintf(epoch, sizeof(epoch), "%" PRId64, r->epoch);
+	snprintf(proc, sizeof(proc), "%" PRId64, r->b.proc);
+	snprintf(st, sizeof(st), "%d", r->res.exit_status);
+	snprintf(sig, sizeof(sig), "%d", r->res.exit_signal);
+	snprintf(rss, sizeof(rss), "%" PRId64, r->res.max_rss);
+	params[0] = host;
+	params[1] = token;
+	params[2] = epoch;
+	params[3] = proc;
+	params[4] = st;
+	params[5] = sig;
+	params[6] = r->res.max_rss >= 0 ? rss : NULL;
+	return db_exec("SELECT frameq.complete($1, $2, $3::bigint, $4::bigint, $5::int, $6::int, $7::bigint)",
+				   7, params, timeout_ms, NULL);
+}
+
+/*
+ * Fault injection: act as if the connection had died before the answer
+ * arrived.  The server has done (and committed) what it answered, the
+ * agent does not know it.  The report stays pending and goes out again
+ * after the reconnect, as after any lost connection.
+ */
+static void
+discard_answer(const struct run *r, struct pg_result *res)
+{
+	if (db_ok(res) && db_ntuples(res) == 1)
+		log_event("report-dropped", "proc=%" PRId64 " frame=%" PRId64 " when=after discarded=%s reason=\"fault injection: answer discarded, connection closed\"",
+				  r->b.proc, r->b.frame, db_value(res, 0, 0));
+	else
+		log_event("report-dropped", "proc=%" PRId64 " frame=%" PRId64 " when=after discarded=error sqlstate=%s reason=\"fault injection: answer discarded, connection closed\"",
+				  r->b.proc, r->b.frame, db_sqlstate(res));
+	db_clear(res);
+	db_disconnect("fault injection: report answer dropped");
+}
+
+/*
+ * Act on complete()'s answer: an acknowledged report is done and its run
+ * dropped; a failed one is tried again after a backoff.  False if the host
+ * token was refused: then there is no backoff, the caller re-reads the
+ * token file and the report goes out again with the new one (or not at
+ * all, if the agent gives up on its token).
+ */
+static bool
+take_answer(struct run *r, struct pg_result *res, int64_t now)
+{
+	if (db_ok(res) && db_ntuples(res) == 1)
+	{
+		const char *answer = db_value(res, 0, 0);
+
+		log_event("reported", "proc=%" PRId64 " frame=%" PRId64 " epoch=%" PRId64 " exit_status=%d exit_signal=%d answer=%s%s",
+				  r->b.proc, r->b.frame, r->epoch, r->res.exit_status,
+				  r->res.exit_signal, answer,
+				  strcmp(answer, "stale") == 0 ?
+				  " note=\"not this host's live proc any more: its output must not be published\"" : "");
+		db_clear(res);
+		drop(r);
+		return true;
+	}
+	if (strcmp(db_sqlstate(res), "28P01") == 0)
+	{
+		log_event("report-failed", "proc=%" PRId64 " sqlstate=28P01 error=\"%s\"",
+				  r->b.proc, db_error(res));
+		db_clear(res);
+		token_refused_flag = true;
+		return false;
+	}
+	log_event("report-failed", "proc=%" PRId64 " sqlstate=%s error=\"%s\" retry_in=%.1fs",
+			  r->b.proc, db_sqlstate(res), db_error(res), report_later(r, now));
+	db_clear(res);
+	return true;
+}
+
 bool
 runs_send_reports(const char *host, const char *token, bool all_now, int timeout_ms,
 				  double drop_percent)
@@ -623,12 +746,6 @@ runs_send_reports(const char *host, const char *token, bool all_now, int timeout
 
 	for (r = runs; r; r = next)
 	{
-		char		epoch[32],
-					proc[32],
-					st[16],
-					sig[16],
-					rss[32];
-		const char *params[7];
 		struct pg_result *res;
 		enum report_fault fault;
 
@@ -644,69 +761,16 @@ runs_send_reports(const char *host, const char *token, bool all_now, int timeout
 					  r->b.proc, r->b.frame, retry_in);
 			continue;
 		}
-		snprintf(epoch, sizeof(epoch), "%" PRId64, r->epoch);
-		snprintf(proc, sizeof(proc), "%" PRId64, r->b.proc);
-		snprintf(st, sizeof(st), "%d", r->res.exit_status);
-		snprintf(sig, sizeof(sig), "%d", r->res.exit_signal);
-		snprintf(rss, sizeof(rss), "%" PRId64, r->res.max_rss);
-		params[0] = host;
-		params[1] = token;
-		params[2] = epoch;
-		params[3] = proc;
-		params[4] = st;
-		params[5] = sig;
-		params[6] = r->res.max_rss >= 0 ? rss : NULL;
-		res = db_exec("SELECT frameq.complete($1, $2, $3::bigint, $4::bigint, $5::int, $6::int, $7::bigint)",
-					  7, params, timeout_ms, NULL);
+		res = call_complete(r, host, token, timeout_ms);
 		if (!res)
 			return false;
 		if (fault == FAULT_AFTER)
 		{
-			/*
-			 * As if the connection had died before the answer arrived: the
-			 * server has done (and committed) what it answered, the agent
-			 * does not know it.  The report stays pending and goes out again
-			 * after the reconnect, as after any lost connection.
-			 */
-			if (db_ok(res) && db_ntuples(res) == 1)
-				log_event("report-dropped", "proc=%" PRId64 " frame=%" PRId64 " when=after discarded=%s reason=\"fault injection: answer discarded, connection closed\"",
-						  r->b.proc, r->b.frame, db_value(res, 0, 0));
-			else
-				log_event("report-dropped", "proc=%" PRId64 " frame=%" PRId64 " when=after discarded=error sqlstate=%s reason=\"fault injection: answer discarded, connection closed\"",
-						  r->b.proc, r->b.frame, db_sqlstate(res));
-			db_clear(res);
-			db_disconnect("fault injection: report answer dropped");
+			discard_answer(r, res);
 			return false;
 		}
-		if (db_ok(res) && db_ntuples(res) == 1)
-		{
-			const char *answer = db_value(res, 0, 0);
-
-			log_event("reported", "proc=%" PRId64 " frame=%" PRId64 " epoch=%" PRId64 " exit_status=%d exit_signal=%d answer=%s%s",
-					  r->b.proc, r->b.frame, r->epoch, r->res.exit_status,
-					  r->res.exit_signal, answer,
-					  strcmp(answer, "stale") == 0 ?
-					  " note=\"not this host's live proc any more: its output must not be published\"" : "");
-			db_clear(res);
-			drop(r);
-			continue;
-		}
-		if (strcmp(db_sqlstate(res), "28P01") == 0)
-		{
-			/*
-			 * The host token was refused: no backoff, the caller re-reads
-			 * the token file and the report goes out again with the new one
-			 * (or not at all, if the agent gives up on its token).
-			 */
-			log_event("report-failed", "proc=%" PRId64 " sqlstate=28P01 error=\"%s\"",
-					  r->b.proc, db_error(res));
-			db_clear(res);
-			token_refused_flag = true;
+		if (!take_answer(r, res, now))
 			return true;
-		}
-		log_event("report-failed", "proc=%" PRId64 " sqlstate=%s error=\"%s\" retry_in=%.1fs",
-				  r->b.proc, db_sqlstate(res), db_error(res), report_later(r, now));
-		db_clear(res);
 	}
 	return true;
 }

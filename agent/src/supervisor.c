@@ -139,32 +139,39 @@ render_exited(pid_t render)
 		si.si_pid == render;
 }
 
-void
-supervisor_main(const struct launch *l, int pipe_fd)
+/*
+ * What the supervisor knows about its render and its lease.  One process
+ * holds one of these, so the steps of supervisor_main() share it rather
+ * than a dozen arguments.
+ */
+struct supervisor
 {
-	const struct booking *b = l->b;
+	const struct launch *l;
+	pid_t		me;				/* the supervisor (also its session id) */
+	pid_t		render;			/* the render (also its process group id) */
+	int			pipe_fd;		/* deadlines from the agent */
+	bool		pipe_open;		/* false once the agent has gone */
+	int			sigfd;			/* SIGTERM and SIGCHLD */
+	int			timerfd;		/* the next deadline or kill; -1 if none */
+	int64_t		deadline;		/* lease clock: the render must stop by then */
+	int64_t		grace;			/* from SIGTERM to SIGKILL */
+	bool		term_sent;
+	int64_t		kill_at;		/* when SIGKILL follows the SIGTERM */
+	bool		kill_sent;
+	enum killed_by killed_by;
+};
+
+/*
+ * Take SIGTERM (the agent's kill) and SIGCHLD (the render's end) through a
+ * signalfd, so that the loop sees them between polls and never inside a
+ * handler, and leave the other signals a terminal or the agent's group may
+ * send without effect: the supervisor must outlive all of those.
+ */
+static void
+open_event_fds(struct supervisor *s)
+{
 	sigset_t	mask;
-	int			sigfd,
-				timerfd,
-				logfd;
-	int64_t		deadline,
-				grace;
-	struct lease_msg first;
-	int64_t		kill_at = 0;
-	bool		pipe_open = true;
-	bool		term_sent = false,
-				kill_sent = false;
-	enum killed_by killed_by = KILLED_NONE;
-	pid_t		me,
-				render;
-	struct run_record rec;
-	char		path[PATH_MAX];
-	ssize_t		n;
 
-	setsid();
-	me = getpid();
-
-	/* SIGTERM (the agent's kill) and SIGCHLD (the render) through a signalfd */
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGCHLD);
@@ -172,27 +179,48 @@ supervisor_main(const struct launch *l, int pipe_fd)
 	signal(SIGINT, SIG_IGN);
 	signal(SIGHUP, SIG_IGN);
 	signal(SIGPIPE, SIG_IGN);
-	sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	s->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+
 	/*
 	 * The deadline is an absolute time on the lease clock, so a timer on
 	 * that clock: it fires right after a suspend that outlasted it (poll's
 	 * own timeout would not count the time suspended).
 	 */
-	timerfd = timerfd_create(CLOCK_BOOTTIME, TFD_CLOEXEC | TFD_NONBLOCK);
+	s->timerfd = timerfd_create(CLOCK_BOOTTIME, TFD_CLOEXEC | TFD_NONBLOCK);
+}
 
-	/*
-	 * Wait for the go: the agent has written run.<proc> (with this pid) into
-	 * the state directory, so a restarted agent can find this render.  No go
-	 * (the agent died first): nothing was started, nothing to do.
-	 */
+/*
+ * Wait for the go: the agent has written run.<proc> (with this pid) into
+ * the state directory, so a restarted agent can find this render.  No go
+ * (the agent died first): nothing was started, nothing to do.
+ */
+static void
+wait_for_go(struct supervisor *s)
+{
+	struct lease_msg first;
+	ssize_t		n;
+
 	do
-		n = read(pipe_fd, &first, sizeof(first));
+		n = read(s->pipe_fd, &first, sizeof(first));
 	while (n < 0 && errno == EINTR);
 	if (n != sizeof(first))
 		_exit(0);
-	deadline = first.deadline_ns;
-	grace = first.grace_ns;
-	fcntl(pipe_fd, F_SETFL, fcntl(pipe_fd, F_GETFL) | O_NONBLOCK);
+	s->deadline = first.deadline_ns;
+	s->grace = first.grace_ns;
+	fcntl(s->pipe_fd, F_SETFL, fcntl(s->pipe_fd, F_GETFL) | O_NONBLOCK);
+}
+
+/*
+ * Enter the work directory and open the run's log file (its name goes to
+ * path).  A render that cannot have either is not started at all, and the
+ * result says so, so that the agent backs off rather than booking more
+ * frames onto a broken host.
+ */
+static int
+open_run_log(const struct launch *l, char *path, size_t pathlen)
+{
+	const struct booking *b = l->b;
+	int			logfd;
 
 	if (chdir(l->work_dir) != 0)
 	{
@@ -200,7 +228,7 @@ supervisor_main(const struct launch *l, int pipe_fd)
 				  b->proc, l->work_dir, strerror(errno));
 		finish(l, 0, 0, -1, KILLED_ERROR);
 	}
-	snprintf(path, sizeof(path), "%s/job%" PRId64 ".layer%" PRId64 ".frame%d.%" PRId64 ".log",
+	snprintf(path, pathlen, "%s/job%" PRId64 ".layer%" PRId64 ".frame%d.%" PRId64 ".log",
 			 l->log_dir, b->job, b->layer, b->frame_number, b->proc);
 	logfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0644);
 	if (logfd < 0)
@@ -209,163 +237,259 @@ supervisor_main(const struct launch *l, int pipe_fd)
 				  b->proc, path, strerror(errno));
 		finish(l, 0, 0, -1, KILLED_ERROR);
 	}
+	return logfd;
+}
 
-	/* a kill that came before the go: do not start at all */
-	{
-		struct signalfd_siginfo si;
+/* A kill that came before the go: the render is not started at all. */
+static void
+refuse_early_kill(const struct supervisor *s)
+{
+	struct signalfd_siginfo si;
 
-		while (read(sigfd, &si, sizeof(si)) == sizeof(si))
-			if (si.ssi_signo == SIGTERM)
-				finish(l, 0, SIGTERM, -1, KILLED_AGENT);
-	}
+	while (read(s->sigfd, &si, sizeof(si)) == sizeof(si))
+		if (si.ssi_signo == SIGTERM)
+			finish(s->l, 0, SIGTERM, -1, KILLED_AGENT);
+}
 
-	render = fork();
-	if (render < 0)
+/*
+ * Fork the render into a process group of its own and record its pid in
+ * the state directory, so that a later agent whose supervisor died can
+ * still find and kill the render's group.
+ */
+static void
+start_render(struct supervisor *s, int logfd, const char *path)
+{
+	const struct booking *b = s->l->b;
+	struct run_record rec;
+
+	s->render = fork();
+	if (s->render < 0)
 	{
 		log_event("supervisor-error", "proc=%" PRId64 " error=\"fork: %s\"", b->proc, strerror(errno));
-		finish(l, 0, 0, -1, KILLED_ERROR);
+		finish(s->l, 0, 0, -1, KILLED_ERROR);
 	}
-	if (render == 0)
+	if (s->render == 0)
 	{
-		close(pipe_fd);
-		close(sigfd);
-		close(timerfd);
-		exec_render(l, logfd);
+		close(s->pipe_fd);
+		close(s->sigfd);
+		close(s->timerfd);
+		exec_render(s->l, logfd);
 	}
 	/* both sides set the group, so no signal can find the render outside it */
-	setpgid(render, render);
+	setpgid(s->render, s->render);
 	close(logfd);
 
-	if (state_read_run(l->state_dir, b->proc, &rec) == 0)
+	if (state_read_run(s->l->state_dir, b->proc, &rec) == 0)
 	{
-		rec.render_pid = render;
-		state_write_run(l->state_dir, &rec);
+		rec.render_pid = s->render;
+		state_write_run(s->l->state_dir, &rec);
 	}
 	log_event("started", "proc=%" PRId64 " frame=%" PRId64 " pid=%d supervisor=%d log=%s",
-			  b->proc, b->frame, (int) render, (int) me, path);
+			  b->proc, b->frame, (int) s->render, (int) s->me, path);
+}
+
+/*
+ * Take every deadline the agent has sent.  The newest counts, and it must
+ * be read before the deadline is checked, or a renewal that has just
+ * arrived would be missed and the render fenced for nothing.  End of file
+ * (the agent died) changes nothing: the last deadline still holds.
+ */
+static void
+read_deadlines(struct supervisor *s)
+{
+	while (s->pipe_open)
+	{
+		struct lease_msg m[32];
+		ssize_t		n = read(s->pipe_fd, m, sizeof(m));
+
+		if (n > 0)
+		{
+			for (ssize_t i = 0; i < n / (ssize_t) sizeof(m[0]); i++)
+			{
+				if (m[i].deadline_ns > s->deadline)
+					s->deadline = m[i].deadline_ns;
+				s->grace = m[i].grace_ns;
+			}
+			continue;
+		}
+		if (n == 0)
+		{
+			s->pipe_open = false;
+			close(s->pipe_fd);
+			log_event("agent-gone", "proc=%" PRId64 " supervisor=%d deadline_in=%.3fs",
+					  s->l->b->proc, (int) s->me,
+					  (double) (s->deadline - lease_clock_ns()) / NS_PER_SEC);
+		}
+		else if (errno == EINTR)
+			continue;
+		break;
+	}
+}
+
+/*
+ * If the render has ended, write its result and exit.  Only the render is
+ * waited for; whatever it left behind in its group is killed with it, so
+ * that nothing of a finished frame runs on unsupervised.
+ */
+static void
+reap_render(const struct supervisor *s)
+{
+	int			status;
+	struct rusage ru;
+	pid_t		w;
+
+	while ((w = wait4(-1, &status, WNOHANG, &ru)) > 0)
+	{
+		if (w != s->render)
+			continue;
+		group_signal(s->render, s->me, SIGKILL);
+		if (WIFSIGNALED(status))
+			finish(s->l, 128 + WTERMSIG(status), WTERMSIG(status),
+				   (int64_t) ru.ru_maxrss * 1024, s->killed_by);
+		finish(s->l, WEXITSTATUS(status), 0, (int64_t) ru.ru_maxrss * 1024, s->killed_by);
+	}
+}
+
+/*
+ * SIGTERM to the render's group, and SIGKILL a grace later (fence()).
+ * SIGCONT follows the SIGTERM because a stopped render would otherwise
+ * not act on it before the SIGKILL.
+ */
+static void
+kill_render(struct supervisor *s, enum killed_by why, int64_t now)
+{
+	s->killed_by = why;
+	kill(-s->render, SIGTERM);
+	kill(-s->render, SIGCONT);
+	s->term_sent = true;
+	s->kill_at = now + s->grace;
+}
+
+/*
+ * The fence: once the deadline has passed, the lease may be gone, and the
+ * render must be dead before the server can give its frame to another
+ * host.  Returns when the loop must next wake for the fence (the deadline
+ * or the SIGKILL), or -1 if nothing is left to do but wait for the end.
+ */
+static int64_t
+fence(struct supervisor *s, int64_t now)
+{
+	if (!s->term_sent && now >= s->deadline && !render_exited(s->render))
+	{
+		log_event("fenced", "proc=%" PRId64 " pid=%d supervisor=%d reason=\"lease deadline passed\" late=%.3fs",
+				  s->l->b->proc, (int) s->render, (int) s->me,
+				  (double) (now - s->deadline) / NS_PER_SEC);
+		kill_render(s, KILLED_FENCE, now);
+	}
+	if (s->term_sent && !s->kill_sent && now >= s->kill_at)
+	{
+		kill(-s->render, SIGKILL);
+		s->kill_sent = true;
+	}
+
+	if (!s->term_sent)
+		return s->deadline;
+	if (!s->kill_sent)
+		return s->kill_at;
+	return -1;
+}
+
+/*
+ * Sleep until a signal, a message from the agent or the wake-up time (on
+ * the lease clock; -1 for none).
+ */
+static void
+sleep_until(const struct supervisor *s, int64_t wake, int64_t now)
+{
+	struct pollfd pfd[3];
+	struct itimerspec its;
+	uint64_t	ticks;
+	int			np = 0;
+
+	memset(&its, 0, sizeof(its));
+	if (wake >= 0)
+	{
+		/* 0 would disarm it: a wake-up that is due fires in 1 ns */
+		its.it_value.tv_sec = wake / NS_PER_SEC;
+		its.it_value.tv_nsec = wake % NS_PER_SEC;
+		if (wake <= 0)
+			its.it_value.tv_nsec = 1;
+	}
+	if (s->timerfd >= 0)
+		timerfd_settime(s->timerfd, TFD_TIMER_ABSTIME, &its, NULL);
+
+	pfd[np].fd = s->sigfd;
+	pfd[np].events = POLLIN;
+	np++;
+	if (s->timerfd >= 0)
+	{
+		pfd[np].fd = s->timerfd;
+		pfd[np].events = POLLIN;
+		np++;
+	}
+	if (s->pipe_open)
+	{
+		pfd[np].fd = s->pipe_fd;
+		pfd[np].events = POLLIN;
+		np++;
+	}
+	/* without a timer (cannot happen on Linux >= 3.15) poll's timeout it is */
+	poll(pfd, (nfds_t) np,
+		 wake < 0 || s->timerfd >= 0 ? -1 : (int) ((wake - now + 999999) / 1000000));
+	if (s->timerfd >= 0)
+		while (read(s->timerfd, &ticks, sizeof(ticks)) > 0)
+			;
+}
+
+/*
+ * SIGTERM to the supervisor is the agent asking for the render to be
+ * killed.  Only the first counts, and none once the render has ended, so
+ * that a late kill does not turn a render that finished into a killed one.
+ */
+static void
+take_kill_requests(struct supervisor *s)
+{
+	struct signalfd_siginfo si;
+
+	while (read(s->sigfd, &si, sizeof(si)) == sizeof(si))
+	{
+		if (si.ssi_signo != SIGTERM || s->term_sent || render_exited(s->render))
+			continue;
+		kill_render(s, KILLED_AGENT, lease_clock_ns());
+	}
+}
+
+void
+supervisor_main(const struct launch *l, int pipe_fd)
+{
+	struct supervisor s = {
+		.l = l,
+		.pipe_fd = pipe_fd,
+		.pipe_open = true,
+		.killed_by = KILLED_NONE
+	};
+	char		path[PATH_MAX];
+	int			logfd;
+
+	/* a session of its own: the agent's group, stop or death leave it alone */
+	setsid();
+	s.me = getpid();
+	open_event_fds(&s);
+	wait_for_go(&s);
+	logfd = open_run_log(l, path, sizeof(path));
+	refuse_early_kill(&s);
+	start_render(&s, logfd, path);
 
 	for (;;)
 	{
 		int64_t		now,
-					wake = -1;
-		struct pollfd pfd[3];
-		struct itimerspec its;
-		uint64_t	ticks;
-		int			np = 0;
-		struct signalfd_siginfo si;
-		int			status;
-		struct rusage ru;
-		pid_t		w;
+					wake;
 
-		/* newer deadlines first: one that just arrived must count */
-		while (pipe_open)
-		{
-			struct lease_msg m[32];
-
-			n = read(pipe_fd, m, sizeof(m));
-			if (n > 0)
-			{
-				for (ssize_t i = 0; i < n / (ssize_t) sizeof(m[0]); i++)
-				{
-					if (m[i].deadline_ns > deadline)
-						deadline = m[i].deadline_ns;
-					grace = m[i].grace_ns;
-				}
-				continue;
-			}
-			if (n == 0)
-			{
-				pipe_open = false;
-				close(pipe_fd);
-				log_event("agent-gone", "proc=%" PRId64 " supervisor=%d deadline_in=%.3fs",
-						  b->proc, (int) me,
-						  (double) (deadline - lease_clock_ns()) / NS_PER_SEC);
-			}
-			else if (errno == EINTR)
-				continue;
-			break;
-		}
-
-		/* the render, and only it */
-		while ((w = wait4(-1, &status, WNOHANG, &ru)) > 0)
-		{
-			if (w != render)
-				continue;
-			/* whatever it left behind in its group goes with it */
-			group_signal(render, me, SIGKILL);
-			if (WIFSIGNALED(status))
-				finish(l, 128 + WTERMSIG(status), WTERMSIG(status),
-					   (int64_t) ru.ru_maxrss * 1024, killed_by);
-			finish(l, WEXITSTATUS(status), 0, (int64_t) ru.ru_maxrss * 1024, killed_by);
-		}
-
+		read_deadlines(&s);
+		reap_render(&s);
 		now = lease_clock_ns();
-		if (!term_sent && now >= deadline && !render_exited(render))
-		{
-			/* the lease may be gone: the render must be dead before the server gives up */
-			log_event("fenced", "proc=%" PRId64 " pid=%d supervisor=%d reason=\"lease deadline passed\" late=%.3fs",
-					  b->proc, (int) render, (int) me,
-					  (double) (now - deadline) / NS_PER_SEC);
-			killed_by = KILLED_FENCE;
-			kill(-render, SIGTERM);
-			kill(-render, SIGCONT);
-			term_sent = true;
-			kill_at = now + grace;
-		}
-		if (term_sent && !kill_sent && now >= kill_at)
-		{
-			kill(-render, SIGKILL);
-			kill_sent = true;
-		}
-
-		if (!term_sent)
-			wake = deadline;
-		else if (!kill_sent)
-			wake = kill_at;
-
-		memset(&its, 0, sizeof(its));
-		if (wake >= 0)
-		{
-			/* 0 would disarm it: a wake-up that is due fires in 1 ns */
-			its.it_value.tv_sec = wake / NS_PER_SEC;
-			its.it_value.tv_nsec = wake % NS_PER_SEC;
-			if (wake <= 0)
-				its.it_value.tv_nsec = 1;
-		}
-		if (timerfd >= 0)
-			timerfd_settime(timerfd, TFD_TIMER_ABSTIME, &its, NULL);
-
-		pfd[np].fd = sigfd;
-		pfd[np].events = POLLIN;
-		np++;
-		if (timerfd >= 0)
-		{
-			pfd[np].fd = timerfd;
-			pfd[np].events = POLLIN;
-			np++;
-		}
-		if (pipe_open)
-		{
-			pfd[np].fd = pipe_fd;
-			pfd[np].events = POLLIN;
-			np++;
-		}
-		/* without a timer (cannot happen on Linux >= 3.15) poll's timeout it is */
-		poll(pfd, (nfds_t) np,
-			 wake < 0 || timerfd >= 0 ? -1 : (int) ((wake - now + 999999) / 1000000));
-		if (timerfd >= 0)
-			while (read(timerfd, &ticks, sizeof(ticks)) > 0)
-				;
-
-		while (read(sigfd, &si, sizeof(si)) == sizeof(si))
-		{
-			if (si.ssi_signo != SIGTERM || term_sent || render_exited(render))
-				continue;
-			killed_by = KILLED_AGENT;
-			kill(-render, SIGTERM);
-			kill(-render, SIGCONT);
-			term_sent = true;
-			kill_at = lease_clock_ns() + grace;
-		}
+		wake = fence(&s, now);
+		sleep_until(&s, wake, now);
+		take_kill_requests(&s);
 	}
 }
