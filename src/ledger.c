@@ -985,8 +985,14 @@ frameq_ledger_parked(PG_FUNCTION_ARGS)
 	LedgerEntry *copy;
 	int			n;
 
-	frameq_ledger_ensure_valid();
+	/*
+	 * No rebuild here: a reader of the view needs no right to the proc
+	 * table.  An invalid ledger has nothing parked.
+	 */
+	frameq_require_preload();
 	InitMaterializedSRF(fcinfo, 0);
+	if (pg_atomic_read_u64(&FrameqLedger->valid_generation) == 0)
+		return (Datum) 0;
 	copy = copy_entries(true, &n);
 	for (int i = 0; i < n; i++)
 	{
