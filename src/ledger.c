@@ -166,6 +166,8 @@ typedef struct LedgerLogEntry
 	bool		applied;		/* charge already in shared memory */
 	bool		requeued;		/* a release that queued its job's or
 								 * folder's layers again: unparks at commit */
+	LedgerEntry *entry;			/* its entry under this generation: it stays
+								 * put while this counts in its inflight */
 	SubTransactionId subid;
 	uint64		generation;
 } LedgerLogEntry;
@@ -288,13 +290,14 @@ log_reserve(int n)
 }
 
 static LedgerLogEntry *
-log_append(const LedgerKey *key, int32 cc, int32 gpus, int32 running,
+log_append(LedgerEntry *entry, int32 cc, int32 gpus, int32 running,
 		   bool applied, uint64 generation)
 {
 	LedgerLogEntry *e = &ledger_log[ledger_log_len++];
 
 	Assert(ledger_log_len <= ledger_log_cap);
-	e->key = *key;
+	e->entry = entry;
+	e->key = entry->key;
 	e->cc = cc;
 	e->gpus = gpus;
 	e->running = running;
@@ -370,15 +373,9 @@ enter_or_fail(const LedgerKey *key)
  * held.
  */
 static void
-apply_delta(const LedgerKey *key, int32 cc, int32 gpus, int32 running,
+apply_delta(LedgerEntry *entry, int32 cc, int32 gpus, int32 running,
 			int32 inflight, bool unpark)
 {
-	LedgerEntry *entry = enter_entry(key);
-
-	if (entry == NULL)
-		return;					/* only reachable for a decrement of a
-								 * missing entry in a full table: nothing to
-								 * subtract from */
 	entry->used_cc += cc;
 	entry->used_gpus += gpus;
 	entry->running += running;
@@ -416,9 +413,9 @@ log_discard(SubTransactionId subid)
 				locked = true;
 			}
 			if (e->applied)
-				apply_delta(&e->key, -e->cc, -e->gpus, -e->running, -1, false);
+				apply_delta(e->entry, -e->cc, -e->gpus, -e->running, -1, false);
 			else
-				apply_delta(&e->key, 0, 0, 0, -1, false);
+				apply_delta(e->entry, 0, 0, 0, -1, false);
 		}
 	}
 	if (locked)
@@ -440,9 +437,9 @@ log_commit(void)
 			pg_atomic_read_u64(&FrameqLedger->valid_generation) != e->generation)
 			continue;
 		if (e->applied)
-			apply_delta(&e->key, 0, 0, 0, -1, false);
+			apply_delta(e->entry, 0, 0, 0, -1, false);
 		else
-			apply_delta(&e->key, e->cc, e->gpus, e->running, -1, e->requeued);
+			apply_delta(e->entry, e->cc, e->gpus, e->running, -1, e->requeued);
 	}
 	LWLockRelease(FrameqLedger->lock);
 	ledger_log_len = 0;
@@ -750,7 +747,7 @@ frameq_ledger_try_charge(const LedgerItem *items, int nitems,
 
 	if (failed < 0)
 		for (int i = 0; i < nitems; i++)
-			log_append(&keys[i], cc, gpus, 1, true, generation);
+			log_append(entries[i], cc, gpus, 1, true, generation);
 	return failed;
 }
 
@@ -771,9 +768,15 @@ frameq_ledger_uncharge(const LedgerItem *items, int nitems,
 	generation = FrameqLedger->generation;
 	for (int i = 0; i < nitems; i++)
 	{
+		LedgerEntry *entry;
+
 		make_key(&key, items[i].kind, items[i].id, items[i].id2);
-		apply_delta(&key, -cc, -gpus, -1, 1, false);
-		log_append(&key, -cc, -gpus, -1, true, generation);
+		/* our own charge is in it, unless a reset has emptied the ledger since */
+		entry = hash_search(LedgerHash, &key, HASH_FIND, NULL);
+		if (entry == NULL)
+			continue;
+		apply_delta(entry, -cc, -gpus, -1, 1, false);
+		log_append(entry, -cc, -gpus, -1, true, generation);
 	}
 	LWLockRelease(FrameqLedger->lock);
 }
@@ -810,7 +813,7 @@ frameq_ledger_release(const LedgerItem *items, int nitems,
 		make_key(&key, items[i].kind, items[i].id, items[i].id2);
 		entry = enter_or_fail(&key);
 		entry->inflight += 1;
-		e = log_append(&key, -cc, -gpus, -1, false, generation);
+		e = log_append(entry, -cc, -gpus, -1, false, generation);
 		if (entry->parked)
 		{
 			e->requeued = true;
