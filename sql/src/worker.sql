@@ -110,16 +110,22 @@ DECLARE
 	p record;
 	n bigint := 0;
 BEGIN
+	/*
+	 * The due procs are locked by an initplan and updated by primary key:
+	 * no join, whose plan, cached in the worker's session while the proc
+	 * table was small, could become a nested loop over every proc for
+	 * every proc once it is not.
+	 */
 	FOR p IN WITH due AS (
 				UPDATE frameq.proc x SET kill_sent_at = pg_catalog.clock_timestamp()
-				  FROM (SELECT y.id FROM frameq.proc y
+				 WHERE x.id OPERATOR(pg_catalog.=) ANY (ARRAY(
+						SELECT y.id FROM frameq.proc y
 						 WHERE y.state OPERATOR(pg_catalog.=) 'killing'
 						   AND (y.kill_sent_at IS NULL
 								OR y.kill_sent_at OPERATOR(pg_catalog.<=)
 								   (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-)
 									pg_catalog.make_interval(secs => resend_ms OPERATOR(pg_catalog./) 1000.0)))
-						   FOR NO KEY UPDATE SKIP LOCKED) d
-				 WHERE x.id OPERATOR(pg_catalog.=) d.id
+						   FOR NO KEY UPDATE SKIP LOCKED))
 				RETURNING x.id, x.host, x.kill_reason)
 			 SELECT * FROM due ORDER BY host, id LOOP
 		PERFORM pg_catalog.pg_notify('frameq_host_' OPERATOR(pg_catalog.||) p.host,
