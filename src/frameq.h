@@ -46,7 +46,7 @@ extern int	frameq_lock_wait;		/* milliseconds */
 extern void frameq_guc_init(void);
 
 /* frameq.c */
-#define FRAMEQ_LIBRARY_VERSION	"0.3.0"
+#define FRAMEQ_LIBRARY_VERSION	"0.4.0"
 /* a relation that the newest upgrade step creates (frameq_schema_current) */
 #define FRAMEQ_SCHEMA_MARKER	"dispatch_parked"
 extern bool frameq_loaded_at_startup;

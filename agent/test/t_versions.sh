@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The agent speaks frameq 0.2.0 to 0.3.0 and checks the extension's version
+# The agent speaks frameq 0.2.0 to the current version ($CUR, frameq.control's
+# default_version) and checks the extension's version
 # on every connect; outside that range, or with no frameq in the database,
 # it says so plainly, makes no call, and exits with status 3.
 #
-#  1. At the current version (0.3.0) the agent attaches (its connected line
+#  1. At the current version the agent attaches (its connected line
 #     names the version) and runs a render.
 #  2. A newer extension, seen on a reconnect while a render runs (the
-#     catalog's extversion is set to 0.4.0, as no real 0.4.0 exists yet, and
+#     catalog's extversion is set to the next minor version, $NEXT, as none
+#     exists yet, and
 #     the agent's session is terminated): the agent says the extension is
 #     newer than it speaks and to install an agent built for it, kills its
 #     render and exits 3.
@@ -25,6 +27,10 @@ source "$(dirname "$0")/lib.sh"
 
 start_cluster 6s
 version() { q "SELECT extversion FROM pg_extension WHERE extname = 'frameq'"; }
+CUR=$(sed -n "s/^default_version = '\(.*\)'$/\1/p" "$(dirname "$0")/../../frameq.control")
+[[ $CUR =~ ^0\.([0-9]+)\.0$ ]] || die "cannot read default_version from frameq.control"
+NEXT="0.$((BASH_REMATCH[1] + 1)).0"
+SPOKEN="0.2.0 to $CUR"
 
 # run_refused NAME: start an agent for host NAME (its role and token file
 # made here if need be) and wait for it to exit; its status in $AGENT_RC
@@ -57,24 +63,24 @@ refused_as() {
 }
 
 # ---- 1: the current version
-[[ $(version) == 0.3.0 ]] || die "the cluster's frameq is $(version), not 0.3.0"
+[[ $(version) == "$CUR" ]] || die "the cluster's frameq is $(version), not $CUR"
 register_host a 1
 start_agent a
 cmd='while [ ! -e release.#FRAME# ]; do sleep 0.05; done'
 job=$(submit_job versions 1 "$cmd") || die "submit failed"
 wait_for 20 "a's render runs" eval '[[ -n $(frame_proc $job 1) ]] && proc_running $(frame_proc $job 1)' || finish
-agent_log_has a ' connected .* frameq=0.3.0' && agent_log_has a ' attached ' &&
-	ok "at 0.3.0 the agent attaches and runs a render" || fail "a did not log connected frameq=0.3.0 and attached"
+agent_log_has a " connected .* frameq=$CUR" && agent_log_has a ' attached ' &&
+	ok "at $CUR the agent attaches and runs a render" || fail "a did not log connected frameq=$CUR and attached"
 
 # ---- 2: newer, found on a reconnect while a render runs
 p1=$(frame_proc "$job" 1)
-q "UPDATE pg_extension SET extversion = '0.4.0' WHERE extname = 'frameq'" >/dev/null
+q "UPDATE pg_extension SET extversion = '$NEXT' WHERE extname = 'frameq'" >/dev/null
 q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '$(host_role a)'" >/dev/null
 wait_agent_exit a 20
-q "UPDATE pg_extension SET extversion = '0.3.0' WHERE extname = 'frameq'" >/dev/null
+q "UPDATE pg_extension SET extversion = '$CUR' WHERE extname = 'frameq'" >/dev/null
 line=$(grep -m1 ' version-refused ' "$T/a.log")
-for p in 'frameq=0.4.0' 'is 0.4.0, newer than this agent speaks (0.2.0 to 0.3.0)' \
-	'install a frameq-agent built for 0.4.0' 'exit_status=3'; do
+for p in "frameq=$NEXT" "is $NEXT, newer than this agent speaks ($SPOKEN)" \
+	"install a frameq-agent built for $NEXT" 'exit_status=3'; do
 	grep -qF -- "$p" <<<"$line" || fail "newer: '$p' not in: $line"
 done
 [[ $AGENT_RC == 3 ]] && ok "newer: exit 3, $(cut -d' ' -f2- <<<"$line")" || fail "newer: the agent exited $AGENT_RC"
@@ -91,7 +97,7 @@ refused_as b "missing" 'frameq=none' "not installed in database $PGDATABASE" 'CR
 q "CREATE EXTENSION frameq VERSION '0.1.0'" >/dev/null
 [[ $(version) == 0.1.0 ]] || die "could not install frameq 0.1.0"
 run_refused c
-refused_as c "0.1.0" 'frameq=0.1.0' 'is 0.1.0, older than this agent speaks (0.2.0 to 0.3.0)' \
+refused_as c "0.1.0" 'frameq=0.1.0' "is 0.1.0, older than this agent speaks ($SPOKEN)" \
 	'run ALTER EXTENSION frameq UPDATE in that database'
 
 # ---- 5: frameq 0.2.0 is spoken; the update under a running agent
@@ -107,7 +113,7 @@ wait_for 20 "d attaches at 0.2.0" grep -qs ' attached ' "$T/d.log" &&
 agent_log_has d ' version-refused ' && fail "0.2.0 was refused: $(grep ' version-refused ' "$T/d.log")"
 job=$(submit_job after-update 1 "true") || die "submit failed"
 q "ALTER EXTENSION frameq UPDATE" >/dev/null
-[[ $(version) == 0.3.0 ]] || fail "the update went to $(version)"
+[[ $(version) == "$CUR" ]] || fail "the update went to $(version)"
 wait_for 30 "d runs the job after the update" job_finished "$job" &&
 	ok "after ALTER EXTENSION frameq UPDATE the same agent books and runs a frame"
 agent_alive d && ok "d is still up" || fail "d exited"
@@ -117,7 +123,7 @@ check_clean
 q "UPDATE pg_extension SET extversion = '0.1.0' WHERE extname = 'frameq'" >/dev/null
 q "SELECT frameq.confirm_host_dead('$(host_name d)')" >/dev/null
 wait_agent_exit d 20
-q "UPDATE pg_extension SET extversion = '0.3.0' WHERE extname = 'frameq'" >/dev/null
+q "UPDATE pg_extension SET extversion = '$CUR' WHERE extname = 'frameq'" >/dev/null
 agent_log_has d ' lease-lost .*FQ001' || fail "re-attach: d did not lose its lease on FQ001"
 [[ $(grep -c ' connected ' "$T/d.log") == 1 ]] || fail "re-attach: d connected $(grep -c ' connected ' "$T/d.log") times"
 line=$(grep -m1 ' version-refused ' "$T/d.log")
