@@ -897,21 +897,67 @@ book_layer(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
 }
 
 /*
- * The candidate walk (issue 12).  A show's candidates are the layers named
+ * The candidate walk.  A show's candidates are the layers named
  * by frameq.dispatch_queue (sql/src/dispatch.sql), one index range per
- * (show, tag, needs-gpus) stream, each in policy order: job priority
- * descending, job id, dispatch order, layer id.  A host reads the streams
- * of the tags it has and of no tag, the GPU streams only if it has GPUs,
- * and the resource minimums are index conditions; each row comes with its
- * job's state, priority and caps (key probes).  The streams are merged
- * here, one cursor each, read in batches: the planner merges a UNION ALL
- * of them only after sorting it whole (the branches stay subqueries), and
- * sorting is what must not happen.  Layers with nothing waiting have no row
- * once a booking has found them dry, so what the walk reads is layers that
- * may book, plus rows it tidies away as it goes.
+ * stream: (show, tag, needs-gpus, memory class, cores class), each in
+ * policy order: job priority descending, job id, dispatch order, layer id.
+ * A host reads the streams of the tags it has and of no tag, the GPU
+ * streams only if it has GPUs, and the size classes up to those of its
+ * free memory and free cores; the resource minimums are index conditions,
+ * so of the layers it cannot run it meets, one index tuple each, only
+ * those of its own size class that need more than it has free.  Each row
+ * comes with its job's state, priority and caps (key probes).
+ *
+ * One statement per show reads the streams that frameq.dispatch_class says
+ * may have rows and the first QUEUE_HEADS rows of each; the streams are
+ * merged here, and a stream whose rows are used up is read on from its
+ * last row, QUEUE_BATCH rows a statement.  (The planner merges a UNION ALL
+ * of the streams only after sorting it whole, and sorting is what must not
+ * happen.)  Layers with nothing waiting have no row once a booking has
+ * found them dry, so what the walk reads is layers that may book, plus
+ * rows it tidies away as it goes.
  */
-#define MAX_STREAMS (2 * (64 + 1))	/* (tags + no tag) x (cpu, gpu) */
+#define QUEUE_HEADS 4
 #define QUEUE_BATCH 16
+
+/* size classes: class 0 holds up to one core and 1 GiB, each next class twice as much */
+#define CLASS_CORES_CC		100
+#define CLASS_MEMORY		(INT64CONST(1) << 30)
+
+/*
+ * The size class of an amount: how many doublings of unit it takes to
+ * hold it (0 for up to unit).  The one owner of the steps: the dispatch
+ * queue's rows get theirs through _memory_class and _cores_class, a host
+ * reads the classes of its free room.
+ */
+static int16
+size_class(int64 amount, int64 unit)
+{
+	int16		c = 0;
+
+	while (amount > unit && unit <= PG_INT64_MAX / 2)
+	{
+		unit *= 2;
+		c++;
+	}
+	return c;
+}
+
+PG_FUNCTION_INFO_V1(frameq_memory_class);
+
+Datum
+frameq_memory_class(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT16(size_class(PG_GETARG_INT64(0), CLASS_MEMORY));
+}
+
+PG_FUNCTION_INFO_V1(frameq_cores_class);
+
+Datum
+frameq_cores_class(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT16(size_class(PG_GETARG_INT32(0), CLASS_CORES_CC));
+}
 
 /* one row of a show's candidate streams */
 typedef struct QueueRow
@@ -927,128 +973,6 @@ typedef struct QueueRow
 	JobCandidate caps;			/* the job's id, folder and caps (no name) */
 } QueueRow;
 
-typedef struct Stream
-{
-	Portal		portal;
-	QueueRow	rows[QUEUE_BATCH];
-	int			n;
-	int			pos;
-	bool		done;
-} Stream;
-
-typedef struct Streams
-{
-	Stream	   *s;
-	int			n;
-} Streams;
-
-static SPIPlanPtr
-stream_plan(void)
-{
-	static SPIPlanPtr plan = NULL;
-	Oid			types[7] = {INT4OID, TEXTOID, BOOLOID, INT4OID, INT8OID, INT4OID, INT8OID};
-
-	/* read in batches, usually stopped early: plan for the first rows */
-	if (plan == NULL)
-		plan = frameq_prepare_options("SELECT q.ctid, q.priority, q.job, q.dispatch_order, q.layer,"
-									  "       q.min_cc, q.gpus,"
-									  "       j.state = 'active' AND j.priority = q.priority,"
-									  "       j.folder, coalesce(j.max_cc, -1), coalesce(j.max_gpus, -1),"
-									  "       coalesce(f.max_cc, -1), coalesce(f.max_gpus, -1)"
-									  "  FROM frameq.dispatch_queue q"
-									  "  JOIN frameq.job j ON j.id = q.job"
-									  "  LEFT JOIN frameq.folder f ON f.id = j.folder"
-									  " WHERE q.show = $1 AND q.tag = $2 AND q.gpu = $3"
-									  "   AND q.min_cc <= $4 AND q.memory <= $5 AND q.gpus <= $6"
-									  "   AND q.gpu_memory <= $7"
-									  " ORDER BY q.priority DESC, q.job, q.dispatch_order, q.layer",
-									  7, types,
-									  CURSOR_OPT_GENERIC_PLAN | CURSOR_OPT_FAST_PLAN);
-	return plan;
-}
-
-/* open the show's streams for this host: its tags and no tag, gpu layers if it has gpus */
-static void
-open_streams(const ReserveState *st, const ShowCandidate *show, Streams *out)
-{
-	Datum	   *host_tags;
-	int			nhost_tags;
-	int			ngpu = st->host.idle.gpus > 0 ? 2 : 1;
-	Datum		args[7];
-
-	deconstruct_array(DatumGetArrayTypeP(st->host.tags), TEXTOID, -1, false, TYPALIGN_INT,
-					  &host_tags, NULL, &nhost_tags);
-	if (nhost_tags > 64)
-		elog(ERROR, "frameq: host %d has more than 64 tags", st->host.id);
-	out->n = 0;
-	out->s = palloc(sizeof(Stream) * (nhost_tags + 1) * ngpu);
-	args[0] = Int32GetDatum(show->show);
-	args[3] = Int32GetDatum(st->host.idle.cores_cc);
-	args[4] = Int64GetDatum(st->host.idle.memory);
-	args[5] = Int32GetDatum(st->host.idle.gpus);
-	args[6] = Int64GetDatum(st->host.idle.gpu_memory);
-	for (int g = 0; g < ngpu; g++)
-		for (int t = -1; t < nhost_tags; t++)
-		{
-			Stream	   *s = &out->s[out->n++];
-
-			args[1] = t < 0 ? CStringGetTextDatum("") : host_tags[t];
-			args[2] = BoolGetDatum(g == 1);
-			s->portal = SPI_cursor_open(NULL, stream_plan(), args, NULL, true);
-			s->n = s->pos = 0;
-			s->done = false;
-		}
-}
-
-static void
-close_streams(Streams *streams)
-{
-	for (int i = 0; i < streams->n; i++)
-		SPI_cursor_close(streams->s[i].portal);
-	pfree(streams->s);
-}
-
-/* the stream's next row, reading a batch if needed; NULL when it is done */
-static QueueRow *
-stream_head(Stream *s)
-{
-	if (s->pos < s->n)
-		return &s->rows[s->pos];
-	if (s->done)
-		return NULL;
-	SPI_cursor_fetch(s->portal, true, QUEUE_BATCH);
-	s->n = (int) SPI_processed;
-	s->pos = 0;
-	for (int i = 0; i < s->n; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		QueueRow   *r = &s->rows[i];
-		bool		isnull;
-
-		r->tid = *(ItemPointer) DatumGetPointer(SPI_getbinval(tup, desc, 1, &isnull));
-		r->priority = frameq_get_int32(tup, desc, 2, NULL);
-		r->job = frameq_get_int64(tup, desc, 3, NULL);
-		r->dispatch_order = frameq_get_int32(tup, desc, 4, NULL);
-		r->layer = frameq_get_int64(tup, desc, 5, NULL);
-		r->min_cc = frameq_get_int32(tup, desc, 6, NULL);
-		r->gpus = frameq_get_int32(tup, desc, 7, NULL);
-		r->fresh = frameq_get_bool(tup, desc, 8, NULL);
-		memset(&r->caps, 0, sizeof(r->caps));
-		r->caps.id = r->job;
-		r->caps.folder = frameq_get_int32(tup, desc, 9, &isnull);
-		r->caps.has_folder = !isnull;
-		r->caps.job_cap_cc = frameq_get_int32(tup, desc, 10, NULL);
-		r->caps.job_cap_gpus = frameq_get_int32(tup, desc, 11, NULL);
-		r->caps.folder_cap_cc = frameq_get_int32(tup, desc, 12, NULL);
-		r->caps.folder_cap_gpus = frameq_get_int32(tup, desc, 13, NULL);
-	}
-	SPI_freetuptable(SPI_tuptable);
-	if (s->n < QUEUE_BATCH)
-		s->done = true;
-	return s->n > 0 ? &s->rows[0] : NULL;
-}
-
 /* policy order: priority descending, then job, dispatch order, layer */
 static bool
 row_before(const QueueRow *a, const QueueRow *b)
@@ -1062,6 +986,263 @@ row_before(const QueueRow *a, const QueueRow *b)
 	return a->layer < b->layer;
 }
 
+static int
+compare_rows(const void *a, const void *b)
+{
+	return row_before(a, b) ? -1 : row_before(b, a) ? 1 : 0;
+}
+
+/* one stream: its key, the rows read and not yet used, and whether more may follow */
+typedef struct Stream
+{
+	Datum		tag;
+	bool		gpu;
+	int16		mem_class;
+	int16		core_class;
+	QueueRow	rows[QUEUE_BATCH];
+	int			n;
+	int			pos;
+	bool		more;			/* the last read filled its limit */
+	QueueRow	last;			/* the last row read: the next read starts after it */
+} Stream;
+
+typedef struct Streams
+{
+	Stream	   *s;
+	int			n;
+	int			cap;
+	int32		show;
+	Datum		room[4];		/* the host's free room, as the reads' index conditions */
+} Streams;
+
+/* a show's candidate rows, per stream: the columns both reads return */
+#define STREAM_COLUMNS \
+	"q.ctid, q.priority, q.job, q.dispatch_order, q.layer, q.min_cc, q.gpus," \
+	" coalesce(j.state = 'active' AND j.priority = q.priority, false)," \
+	" j.folder, coalesce(j.max_cc, -1), coalesce(j.max_gpus, -1)," \
+	" coalesce(f.max_cc, -1), coalesce(f.max_gpus, -1)"
+#define STREAM_ROOM \
+	" AND q.min_cc <= $6 AND q.memory <= $7 AND q.gpus <= $8 AND q.gpu_memory <= $9"
+#define STREAM_ORDER " ORDER BY q.priority DESC, q.job, q.dispatch_order, q.layer"
+
+/*
+ * The first rows of each stream of the show that may have rows for this
+ * host ($1 show, $2 the host's tags and '', $3 GPU streams too, $4 and $5
+ * the highest memory and cores classes, $6 to $9 the free room).
+ */
+static SPIPlanPtr
+heads_plan(void)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[9] = {INT4OID, TEXTARRAYOID, BOOLOID, INT2OID, INT2OID,
+	INT4OID, INT8OID, INT4OID, INT8OID};
+
+	if (plan == NULL)
+		plan = frameq_prepare("SELECT s.tag, s.gpu, s.mem_class, s.core_class, " STREAM_COLUMNS
+							  "  FROM (SELECT DISTINCT c.tag, c.gpu, c.mem_class, c.core_class"
+							  "          FROM frameq.dispatch_class c"
+							  "         WHERE c.show = $1 AND c.tag = ANY ($2) AND (NOT c.gpu OR $3)"
+							  "           AND c.mem_class <= $4 AND c.core_class <= $5) s"
+							  " CROSS JOIN LATERAL"
+							  "       (SELECT q.ctid, q.* FROM frameq.dispatch_queue q"
+							  "         WHERE q.show = $1 AND q.tag = s.tag AND q.gpu = s.gpu"
+							  "           AND q.mem_class = s.mem_class AND q.core_class = s.core_class"
+							  STREAM_ROOM STREAM_ORDER
+							  "         LIMIT " CppAsString2(QUEUE_HEADS) ") q"
+							  "  LEFT JOIN frameq.job j ON j.id = q.job"
+							  "  LEFT JOIN frameq.folder f ON f.id = j.folder",
+							  9, types);
+	return plan;
+}
+
+/* the rows of one stream after ($10, $11, $12, $13), its last row read */
+static SPIPlanPtr
+more_plan(void)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			types[13] = {INT4OID, TEXTOID, BOOLOID, INT2OID, INT2OID,
+		INT4OID, INT8OID, INT4OID, INT8OID,
+	INT4OID, INT8OID, INT4OID, INT8OID};
+
+	if (plan == NULL)
+		plan = frameq_prepare("SELECT " STREAM_COLUMNS
+							  "  FROM frameq.dispatch_queue q"
+							  "  LEFT JOIN frameq.job j ON j.id = q.job"
+							  "  LEFT JOIN frameq.folder f ON f.id = j.folder"
+							  " WHERE q.show = $1 AND q.tag = $2 AND q.gpu = $3"
+							  "   AND q.mem_class = $4 AND q.core_class = $5" STREAM_ROOM
+							  "   AND q.priority <= $10"
+							  "   AND (q.priority < $10 OR (q.job, q.dispatch_order, q.layer) > ($11, $12, $13))"
+							  STREAM_ORDER " LIMIT " CppAsString2(QUEUE_BATCH),
+							  13, types);
+	return plan;
+}
+
+/* a row of either read, its stream's columns from column first on */
+static void
+read_row(HeapTuple tup, TupleDesc desc, int first, QueueRow *r)
+{
+	bool		isnull;
+
+	r->tid = *(ItemPointer) DatumGetPointer(SPI_getbinval(tup, desc, first, &isnull));
+	r->priority = frameq_get_int32(tup, desc, first + 1, NULL);
+	r->job = frameq_get_int64(tup, desc, first + 2, NULL);
+	r->dispatch_order = frameq_get_int32(tup, desc, first + 3, NULL);
+	r->layer = frameq_get_int64(tup, desc, first + 4, NULL);
+	r->min_cc = frameq_get_int32(tup, desc, first + 5, NULL);
+	r->gpus = frameq_get_int32(tup, desc, first + 6, NULL);
+	r->fresh = frameq_get_bool(tup, desc, first + 7, NULL);
+	memset(&r->caps, 0, sizeof(r->caps));
+	r->caps.id = r->job;
+	r->caps.folder = frameq_get_int32(tup, desc, first + 8, &isnull);
+	r->caps.has_folder = !isnull;
+	r->caps.job_cap_cc = frameq_get_int32(tup, desc, first + 9, NULL);
+	r->caps.job_cap_gpus = frameq_get_int32(tup, desc, first + 10, NULL);
+	r->caps.folder_cap_cc = frameq_get_int32(tup, desc, first + 11, NULL);
+	r->caps.folder_cap_gpus = frameq_get_int32(tup, desc, first + 12, NULL);
+}
+
+/* the stream of this key, added if it is new */
+static Stream *
+stream_of(Streams *streams, text *tag, bool gpu, int16 mem_class, int16 core_class)
+{
+	Stream	   *s;
+
+	for (int i = 0; i < streams->n; i++)
+	{
+		text	   *t = DatumGetTextPP(streams->s[i].tag);
+
+		s = &streams->s[i];
+		if (s->gpu == gpu && s->mem_class == mem_class && s->core_class == core_class &&
+			VARSIZE_ANY_EXHDR(t) == VARSIZE_ANY_EXHDR(tag) &&
+			memcmp(VARDATA_ANY(t), VARDATA_ANY(tag), VARSIZE_ANY_EXHDR(tag)) == 0)
+			return s;
+	}
+	if (streams->n >= streams->cap)
+	{
+		streams->cap = Max(8, streams->cap * 2);
+		streams->s = streams->s ? repalloc(streams->s, sizeof(Stream) * streams->cap)
+			: palloc(sizeof(Stream) * streams->cap);
+	}
+	s = &streams->s[streams->n++];
+	s->tag = PointerGetDatum(tag);
+	s->gpu = gpu;
+	s->mem_class = mem_class;
+	s->core_class = core_class;
+	s->n = s->pos = 0;
+	s->more = false;
+	return s;
+}
+
+/*
+ * Open the show's streams for this host: its tags and no tag, GPU layers
+ * if it has GPUs, the size classes its free room reaches; read the first
+ * rows of each (heads_plan).
+ */
+static void
+open_streams(const ReserveState *st, const ShowCandidate *show, Streams *out)
+{
+	Datum	   *host_tags;
+	int			nhost_tags;
+	Datum	   *tags;
+	Datum		args[9];
+
+	deconstruct_array(DatumGetArrayTypeP(st->host.tags), TEXTOID, -1, false, TYPALIGN_INT,
+					  &host_tags, NULL, &nhost_tags);
+	tags = palloc(sizeof(Datum) * (nhost_tags + 1));
+	tags[0] = CStringGetTextDatum("");
+	memcpy(tags + 1, host_tags, sizeof(Datum) * nhost_tags);
+	memset(out, 0, sizeof(*out));
+	out->show = show->show;
+	out->room[0] = Int32GetDatum(st->host.idle.cores_cc);
+	out->room[1] = Int64GetDatum(st->host.idle.memory);
+	out->room[2] = Int32GetDatum(st->host.idle.gpus);
+	out->room[3] = Int64GetDatum(st->host.idle.gpu_memory);
+
+	args[0] = Int32GetDatum(show->show);
+	args[1] = PointerGetDatum(construct_array(tags, nhost_tags + 1, TEXTOID, -1, false,
+											  TYPALIGN_INT));
+	args[2] = BoolGetDatum(st->host.idle.gpus > 0);
+	args[3] = Int16GetDatum(size_class(st->host.idle.memory, CLASS_MEMORY));
+	args[4] = Int16GetDatum(size_class(st->host.idle.cores_cc, CLASS_CORES_CC));
+	memcpy(args + 5, out->room, sizeof(out->room));
+	if (SPI_execute_plan(heads_plan(), args, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "frameq: dispatch queue read failed");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		Stream	   *s;
+
+		s = stream_of(out, DatumGetTextPCopy(SPI_getbinval(tup, desc, 1, &isnull)),
+					  frameq_get_bool(tup, desc, 2, NULL),
+					  DatumGetInt16(SPI_getbinval(tup, desc, 3, &isnull)),
+					  DatumGetInt16(SPI_getbinval(tup, desc, 4, &isnull)));
+		read_row(tup, desc, 5, &s->rows[s->n++]);
+	}
+	SPI_freetuptable(SPI_tuptable);
+	/* the heads come in no order: sort each stream's, and note which may have more */
+	for (int i = 0; i < out->n; i++)
+	{
+		Stream	   *s = &out->s[i];
+
+		qsort(s->rows, s->n, sizeof(QueueRow), compare_rows);
+		s->more = (s->n == QUEUE_HEADS);
+		s->last = s->rows[s->n - 1];
+	}
+}
+
+static void
+close_streams(Streams *streams)
+{
+	if (streams->s)
+		pfree(streams->s);
+}
+
+/* read on in a stream whose rows are used up, after the last row read */
+static void
+read_more(Streams *streams, Stream *s)
+{
+	Datum		args[13];
+
+	args[0] = Int32GetDatum(streams->show);
+	args[1] = s->tag;
+	args[2] = BoolGetDatum(s->gpu);
+	args[3] = Int16GetDatum(s->mem_class);
+	args[4] = Int16GetDatum(s->core_class);
+	memcpy(args + 5, streams->room, sizeof(streams->room));
+	args[9] = Int32GetDatum(s->last.priority);
+	args[10] = Int64GetDatum(s->last.job);
+	args[11] = Int32GetDatum(s->last.dispatch_order);
+	args[12] = Int64GetDatum(s->last.layer);
+	if (SPI_execute_plan(more_plan(), args, NULL, true, QUEUE_BATCH) != SPI_OK_SELECT)
+		elog(ERROR, "frameq: dispatch queue read failed");
+	s->n = (int) SPI_processed;
+	s->pos = 0;
+	for (int i = 0; i < s->n; i++)
+		read_row(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &s->rows[i]);
+	SPI_freetuptable(SPI_tuptable);
+	s->more = (s->n == QUEUE_BATCH);
+	if (s->n > 0)
+		s->last = s->rows[s->n - 1];
+}
+
+/* the stream's next row, reading on if needed; NULL when it is done */
+static QueueRow *
+stream_head(Streams *streams, Stream *s)
+{
+	if (s->pos >= s->n)
+	{
+		if (!s->more)
+			return NULL;
+		read_more(streams, s);
+		if (s->n == 0)
+			return NULL;
+	}
+	return &s->rows[s->pos];
+}
+
 /* the next row of the merged streams, copied into *row; false at the end */
 static bool
 next_row(Streams *streams, QueueRow *row)
@@ -1071,7 +1252,7 @@ next_row(Streams *streams, QueueRow *row)
 
 	for (int i = 0; i < streams->n; i++)
 	{
-		QueueRow   *r = stream_head(&streams->s[i]);
+		QueueRow   *r = stream_head(streams, &streams->s[i]);
 
 		if (r != NULL && (best_row == NULL || row_before(r, best_row)))
 		{

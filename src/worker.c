@@ -289,6 +289,8 @@ worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now)
 			(void) run_step("SELECT length(set_config('lock_timeout', '10ms', true))::int8",
 							0, NULL, NULL);
 			result = run_step("SELECT frameq._requeue_after_rebuild()", 0, NULL, NULL);
+			/* and forget the dispatch queue's streams that have no row left */
+			(void) run_step("SELECT frameq._dispatch_class_prune()", 0, NULL, NULL);
 		}
 	}
 

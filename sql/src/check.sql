@@ -144,9 +144,10 @@ BEGIN
 	  JOIN frameq.frame f ON f.layer = d.layer AND f.state = 'waiting' AND f.number < d.low;
 
 	/*
-	 * A row per tag, of the job's show and resources, at any priority
-	 * (0.2.0's 40_dispatch.sql), unless the job or its folder is parked
-	 * over its cap.
+	 * A row per tag, of the job's show, resources and size classes, at any
+	 * priority, unless the job or its folder is parked over its cap; and
+	 * every row's stream listed in dispatch_class, where reserve() looks
+	 * for the streams to read.
 	 */
 	RETURN QUERY
 	SELECT 'no waiting frame is passed over',
@@ -166,7 +167,19 @@ BEGIN
 						WHERE q.layer = l.id AND q.job = j.id AND q.show = j.show AND q.tag = t.tag
 						  AND q.gpu = (l.gpus > 0) AND q.dispatch_order = l.dispatch_order
 						  AND (q.min_cc, q.memory, q.gpus, q.gpu_memory)
-							  = (l.min_cc, l.memory, l.gpus, l.gpu_memory));
+							  = (l.min_cc, l.memory, l.gpus, l.gpu_memory)
+						  AND (q.mem_class, q.core_class)
+							  = (frameq._memory_class(l.memory), frameq._cores_class(l.min_cc)));
+
+	RETURN QUERY
+	SELECT 'no waiting frame is passed over',
+		   format('dispatch queue rows of layer %s are in stream (show %s, tag "%s", gpu %s, memory class %s, cores class %s), which dispatch_class does not list',
+				  min(q.layer), q.show, q.tag, q.gpu, q.mem_class, q.core_class)
+	  FROM frameq.dispatch_queue q
+	 WHERE NOT EXISTS (SELECT 1 FROM frameq.dispatch_class c
+						WHERE (c.show, c.tag, c.gpu, c.mem_class, c.core_class)
+							  = (q.show, q.tag, q.gpu, q.mem_class, q.core_class))
+	 GROUP BY q.show, q.tag, q.gpu, q.mem_class, q.core_class;
 
 	/* a job whose finish the worker has yet to decide (see job_finish_check) is not wrong */
 	RETURN QUERY

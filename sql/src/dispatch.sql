@@ -46,28 +46,109 @@
  * layers (or the folder's jobs' layers) again in its own transaction.
  * src/ledger.c ("Parking") gives the protocol and why no bookable layer is
  * ever left without a row; the functions here are its SQL half.
+ *
+ * Size classes: a layer needing more cores or memory than the host has
+ * free is not read at all, or read as one index tuple only if it needs
+ * less than twice what the host has free.  Each row carries the layer's
+ * memory class and cores class (the number of doublings from 1 GiB and
+ * from one core that hold its need: src/booking.c, size_class, owns the
+ * steps), and the classes are key columns ahead of the policy order, so a
+ * stream is (show, tag, needs-gpus, memory class, cores class).  A host
+ * reads the classes up to those of its free memory and cores, merging
+ * their streams.  So that a host does not open a stream per class that
+ * could exist, frameq.dispatch_class records the streams that have had
+ * rows: _queue_layers adds a stream with its first row (no unique key: two
+ * first rows at once may both add it, which reserve() reads as one), and
+ * the worker removes streams that have no row left (_dispatch_class_prune),
+ * with the queue locked against writers so that no row in flight can lose
+ * its stream.
  * ---------------------------------------------------------------------
  */
 
-/* queue these layers at their job's current priority, one row per tag */
+/* the size class of a layer's memory (bytes) and of its minimum cores (cc) */
+CREATE FUNCTION frameq._memory_class(memory bigint) RETURNS smallint
+	AS 'MODULE_PATHNAME', 'frameq_memory_class' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE
+	SET search_path = pg_catalog, pg_temp;
+CREATE FUNCTION frameq._cores_class(min_cc int) RETURNS smallint
+	AS 'MODULE_PATHNAME', 'frameq_cores_class' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE
+	SET search_path = pg_catalog, pg_temp;
+
+/* queue these layers at their job's current priority, one row per tag, and their streams */
 CREATE FUNCTION frameq._queue_layers(layers bigint[]) RETURNS void
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
-	INSERT INTO frameq.dispatch_queue
-		(show, tag, gpu, priority, job, dispatch_order, layer, min_cc, memory, gpus, gpu_memory)
-	SELECT j.show, t.tag, l.gpus OPERATOR(pg_catalog.>) 0, j.priority, j.id, l.dispatch_order,
-		   l.id, l.min_cc, l.memory, l.gpus, l.gpu_memory
-	  FROM frameq.layer l
-	  JOIN frameq.job j ON j.id OPERATOR(pg_catalog.=) l.job
-	 CROSS JOIN LATERAL (SELECT DISTINCT x AS tag
-						   FROM pg_catalog.unnest(CASE WHEN pg_catalog.cardinality(l.tags) OPERATOR(pg_catalog.=) 0
-													   THEN ARRAY['']::text[] ELSE l.tags END) x) t
-	 WHERE l.id OPERATOR(pg_catalog.=) ANY (layers)
-	   /* once per transaction is enough: rows of our own cannot be deleted under us */
-	   AND NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
-						WHERE q.layer OPERATOR(pg_catalog.=) l.id
-						  AND q.priority OPERATOR(pg_catalog.=) j.priority
-						  AND q.tag OPERATOR(pg_catalog.=) t.tag
-						  AND q.xmin OPERATOR(pg_catalog.=) (pg_catalog.pg_current_xact_id())::xid)
+	WITH queued AS (
+		INSERT INTO frameq.dispatch_queue
+			(show, tag, gpu, priority, job, dispatch_order, layer, min_cc, memory, gpus, gpu_memory,
+			 mem_class, core_class)
+		SELECT j.show, t.tag, l.gpus OPERATOR(pg_catalog.>) 0, j.priority, j.id, l.dispatch_order,
+			   l.id, l.min_cc, l.memory, l.gpus, l.gpu_memory,
+			   frameq._memory_class(l.memory), frameq._cores_class(l.min_cc)
+		  FROM frameq.layer l
+		  JOIN frameq.job j ON j.id OPERATOR(pg_catalog.=) l.job
+		 CROSS JOIN LATERAL (SELECT DISTINCT x AS tag
+							   FROM pg_catalog.unnest(CASE WHEN pg_catalog.cardinality(l.tags) OPERATOR(pg_catalog.=) 0
+														   THEN ARRAY['']::text[] ELSE l.tags END) x) t
+		 WHERE l.id OPERATOR(pg_catalog.=) ANY (layers)
+		   /* once per transaction is enough: rows of our own cannot be deleted under us */
+		   AND NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
+							WHERE q.layer OPERATOR(pg_catalog.=) l.id
+							  AND q.priority OPERATOR(pg_catalog.=) j.priority
+							  AND q.tag OPERATOR(pg_catalog.=) t.tag
+							  AND q.xmin OPERATOR(pg_catalog.=) (pg_catalog.pg_current_xact_id())::xid)
+		RETURNING show, tag, gpu, mem_class, core_class)
+	INSERT INTO frameq.dispatch_class (show, tag, gpu, mem_class, core_class)
+	SELECT DISTINCT n.show, n.tag, n.gpu, n.mem_class, n.core_class
+	  FROM queued n
+	 WHERE NOT EXISTS (SELECT 1 FROM frameq.dispatch_class c
+						WHERE c.show OPERATOR(pg_catalog.=) n.show AND c.tag OPERATOR(pg_catalog.=) n.tag
+						  AND c.gpu OPERATOR(pg_catalog.=) n.gpu
+						  AND c.mem_class OPERATOR(pg_catalog.=) n.mem_class
+						  AND c.core_class OPERATOR(pg_catalog.=) n.core_class)
+$$;
+
+/*
+ * The worker's round: forget the streams that have no row, and duplicates.
+ * Writers of the queue are locked out for the delete (the lock is only
+ * tried: a busy queue is tidied another round), so no row can be in
+ * flight for a stream that goes.  The test first, without the lock: most
+ * rounds have nothing to do.  Returns the streams removed.
+ */
+CREATE FUNCTION frameq._dispatch_class_prune() RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	removed bigint;
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM frameq.dispatch_class c
+					WHERE NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
+									   WHERE q.show OPERATOR(pg_catalog.=) c.show
+										 AND q.tag OPERATOR(pg_catalog.=) c.tag
+										 AND q.gpu OPERATOR(pg_catalog.=) c.gpu
+										 AND q.mem_class OPERATOR(pg_catalog.=) c.mem_class
+										 AND q.core_class OPERATOR(pg_catalog.=) c.core_class)
+					   OR EXISTS (SELECT 1 FROM frameq.dispatch_class d
+								   WHERE (d.show, d.tag, d.gpu, d.mem_class, d.core_class)
+										 OPERATOR(pg_catalog.=) (c.show, c.tag, c.gpu, c.mem_class, c.core_class)
+									 AND d.ctid OPERATOR(pg_catalog.<) c.ctid)) THEN
+		RETURN 0;
+	END IF;
+	BEGIN
+		LOCK TABLE frameq.dispatch_queue IN SHARE MODE NOWAIT;
+	EXCEPTION WHEN lock_not_available THEN
+		RETURN 0;
+	END;
+	DELETE FROM frameq.dispatch_class c
+	 WHERE NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
+						WHERE q.show OPERATOR(pg_catalog.=) c.show AND q.tag OPERATOR(pg_catalog.=) c.tag
+						  AND q.gpu OPERATOR(pg_catalog.=) c.gpu
+						  AND q.mem_class OPERATOR(pg_catalog.=) c.mem_class
+						  AND q.core_class OPERATOR(pg_catalog.=) c.core_class)
+		OR EXISTS (SELECT 1 FROM frameq.dispatch_class d
+					WHERE (d.show, d.tag, d.gpu, d.mem_class, d.core_class)
+						  OPERATOR(pg_catalog.=) (c.show, c.tag, c.gpu, c.mem_class, c.core_class)
+					  AND d.ctid OPERATOR(pg_catalog.<) c.ctid);
+	GET DIAGNOSTICS removed = ROW_COUNT;
+	RETURN removed;
+END
 $$;
 
 /* frames inserted waiting (submit): queue their layers, once per statement */

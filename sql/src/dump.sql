@@ -34,8 +34,8 @@ ALTER TABLE frameq.run_secret_key ENABLE ALWAYS TRIGGER run_secret_key_replace;
 /*
  * Every table is dumped whole but two: show_grant without the grants of
  * roles that no longer exist (its role is a regrole: the role must exist
- * before the restore, pg_dumpall --globals-only), and dispatch_queue not
- * at all.  The dispatch queue is derived from the frames: CREATE EXTENSION
+ * before the restore, pg_dumpall --globals-only), and dispatch_queue and
+ * dispatch_class not at all.  The dispatch queue is derived from the frames: CREATE EXTENSION
  * forgets the ledger (_ledger_reset), and the rebuild that follows queues
  * every waiting layer of every active job again before anything books
  * (src/ledger.c, "Parking"), so restored rows would only be duplicates.

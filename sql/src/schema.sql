@@ -290,16 +290,35 @@ CREATE TABLE frameq.dispatch_queue (
 	min_cc		int NOT NULL,
 	memory		bigint NOT NULL,
 	gpus		int NOT NULL,
-	gpu_memory	bigint NOT NULL
+	gpu_memory	bigint NOT NULL,
+	mem_class	smallint NOT NULL,		/* size classes of memory and min_cc (dispatch.sql) */
+	core_class	smallint NOT NULL
 );
 /*
- * One stream per (show, tag, gpu), in policy order; the minimums are key
- * columns so that a layer too big for the host is rejected on the index
- * tuple, without a heap fetch.
+ * One stream per (show, tag, gpu, size classes), in policy order; the
+ * minimums are key columns so that a layer too big for the host is
+ * rejected on the index tuple, without a heap fetch.
  */
 CREATE INDEX dispatch_queue_order ON frameq.dispatch_queue
-	(show, tag, gpu, priority DESC, job, dispatch_order, layer, min_cc, memory, gpus, gpu_memory);
+	(show, tag, gpu, mem_class, core_class, priority DESC, job, dispatch_order, layer,
+	 min_cc, memory, gpus, gpu_memory);
 CREATE INDEX dispatch_queue_layer ON frameq.dispatch_queue (layer);
+
+/*
+ * The streams the dispatch queue has had rows in: a set, written with the
+ * rows (duplicates are possible and harmless), read by reserve() so that
+ * it opens only streams that may have rows, and cleared of streams left
+ * empty by the worker (dispatch.sql, "Size classes").
+ */
+CREATE TABLE frameq.dispatch_class (
+	show		int NOT NULL,
+	tag			text NOT NULL,
+	gpu			bool NOT NULL,
+	mem_class	smallint NOT NULL,
+	core_class	smallint NOT NULL
+);
+CREATE INDEX dispatch_class_stream ON frameq.dispatch_class
+	(show, tag, gpu, mem_class, core_class);
 
 /*
  * The key run secrets are derived from (agent.sql, run secrets): one row,
