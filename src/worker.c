@@ -203,6 +203,9 @@ worker_session_settings(void)
 	char		buf[32];
 
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+	/* the steps are written for a snapshot per statement, whatever the server's default */
+	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET,
+					PGC_S_OVERRIDE);
 	snprintf(buf, sizeof(buf), "%d", frameq_lock_wait);
 	SetConfigOption("lock_timeout", buf, PGC_SUSET, PGC_S_OVERRIDE);
 }

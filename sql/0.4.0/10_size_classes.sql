@@ -65,6 +65,12 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 						  AND c.gpu OPERATOR(pg_catalog.=) n.gpu
 						  AND c.mem_class OPERATOR(pg_catalog.=) n.mem_class
 						  AND c.core_class OPERATOR(pg_catalog.=) n.core_class)
+		/*
+		 * A transaction snapshot may be older than a prune that removed
+		 * the entry it sees: list the stream again (the prune removes
+		 * the duplicate).
+		 */
+		OR pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed'
 $$;
 
 CREATE FUNCTION frameq._dispatch_class_prune() RETURNS bigint
@@ -72,6 +78,10 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	removed bigint;
 BEGIN
+	/* the delete's snapshot must follow the lock */
+	IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+		RETURN 0;
+	END IF;
 	IF NOT EXISTS (SELECT 1 FROM frameq.dispatch_class c
 					WHERE NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
 									   WHERE q.show OPERATOR(pg_catalog.=) c.show
