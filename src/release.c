@@ -121,32 +121,21 @@ read_proc(HeapTuple tup, TupleDesc desc, ProcRow *p)
 	p->kill_reason = proc_col(tup, desc, "kill_reason", &p->kill_reason_null);
 }
 
-/* the ledger keys a proc counts against; caps left open (-1) */
+/* the ledger items a proc counts against, caps left open (frameq_ledger_items) */
 static int
 proc_items(const ProcRow *p, LedgerItem *items)
 {
-	int			n = 0;
+	LedgerKeys	keys = {
+		.show = p->show,
+		.allocation = p->allocation,
+		.has_folder = p->has_folder,
+		.folder = p->folder,
+		.job = p->job,
+		.nlimits = p->nlimits,
+		.limits = p->limits,
+	};
 
-	items[n++] = (LedgerItem)
-	{
-		LEDGER_SUBSCRIPTION, p->show, p->allocation,
-			LEDGER_NO_CAP, LEDGER_NO_CAP, LEDGER_NO_CAP
-	};
-	if (p->has_folder)
-		items[n++] = (LedgerItem)
-	{
-		LEDGER_FOLDER, p->folder, 0, LEDGER_NO_CAP, LEDGER_NO_CAP, LEDGER_NO_CAP
-	};
-	items[n++] = (LedgerItem)
-	{
-		LEDGER_JOB, p->job, 0, LEDGER_NO_CAP, LEDGER_NO_CAP, LEDGER_NO_CAP
-	};
-	for (int i = 0; i < p->nlimits; i++)
-		items[n++] = (LedgerItem)
-	{
-		LEDGER_LIMIT, p->limits[i], 0, LEDGER_NO_CAP, LEDGER_NO_CAP, LEDGER_NO_CAP
-	};
-	return n;
+	return frameq_ledger_items(items, &keys, NULL);
 }
 
 /*
