@@ -11,6 +11,7 @@
 
 #include "postgres.h"
 
+#include "common/int.h"
 #include "executor/spi.h"
 #include "utils/timestamp.h"
 
@@ -201,6 +202,24 @@ resources_give(Resources *room, const Resources *r)
 	room->memory += r->memory;
 	room->gpus += r->gpus;
 	room->gpu_memory += r->gpu_memory;
+}
+
+/*
+ * sum += r, unless a field would overflow: then false and sum unchanged
+ * (no host has that much room, so the sum cannot fit one).
+ */
+static inline bool
+resources_add(Resources *sum, const Resources *r)
+{
+	Resources	s;
+
+	if (pg_add_s32_overflow(sum->cores_cc, r->cores_cc, &s.cores_cc) ||
+		pg_add_s64_overflow(sum->memory, r->memory, &s.memory) ||
+		pg_add_s32_overflow(sum->gpus, r->gpus, &s.gpus) ||
+		pg_add_s64_overflow(sum->gpu_memory, r->gpu_memory, &s.gpu_memory))
+		return false;
+	*sum = s;
+	return true;
 }
 
 /* lease.c */

@@ -10,7 +10,7 @@
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(41);
+SELECT plan(43);
 
 SELECT frameq.create_allocation('t31.pool') AS alloc \gset
 SELECT frameq.create_show('t31show') AS show \gset
@@ -26,6 +26,8 @@ SELECT frameq.submit($${"show": "t31show", "name": "many",
 	"layers": [{"name": "l", "command": "c #FRAME#", "range": "1-40", "memory": "1GB"}]}$$) AS j_many \gset
 SELECT frameq.submit($${"show": "t31show", "name": "direct", "paused": true,
 	"layers": [{"name": "l", "command": "c", "range": "1-4"}]}$$) AS j_direct \gset
+SELECT frameq.submit($${"show": "t31show", "name": "huge", "paused": true,
+	"layers": [{"name": "l", "command": "c", "range": "1-3"}]}$$) AS j_huge \gset
 
 -- count the statements that insert procs
 CREATE TABLE fqtest.proc_inserts (n int NOT NULL);
@@ -74,6 +76,15 @@ SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean after a 16-fra
 SELECT * FROM fqtest.refuses(format(:'insert_two', :j_direct, 1, 2, 931000, :host2, :epoch2, :show, :alloc, 200),
 	'FQ005', 'host % has no room for the procs inserted',
 	'a direct INSERT of two procs that fit the host only one at a time is refused with FQ005');
+
+/*
+ * Three procs whose memory adds up past the largest bigint (to 2^64 + 2):
+ * their sum must not wrap around to 2 bytes and fit.
+ */
+SELECT * FROM fqtest.refuses(format($$WITH f AS (UPDATE frameq.frame fr SET state = 'running', attempts = attempts + 1, version = version + 1 WHERE fr.job = %s RETURNING fr.id, fr.job, fr.layer, fr.number) INSERT INTO frameq.proc (id, frame, host, epoch, job, layer, show, allocation, cores_cc, memory, gpus, gpu_memory) SELECT 933000 + f.number, f.id, %s, %s, f.job, f.layer, %s, %s, 1, 6148914691236517206, 0, 0 FROM f$$,
+		:j_huge, :host2, :epoch2, :show, :alloc),
+	'FQ005', 'host % has no room for the procs inserted',
+	'a direct INSERT of procs whose memory adds up past any bigint is refused with FQ005');
 
 SELECT fqtest.attempt(format(:'insert_two', :j_direct, 3, 4, 932000, :host2, :epoch2, :show, :alloc, 100))
 	AS two_insert \gset
