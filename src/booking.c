@@ -426,45 +426,46 @@ load_layer(int64 id, LayerCandidate *l)
 	return true;
 }
 
+/* a job's ledger keys and caps, without the show's and the layer's */
+static void
+job_keys(const JobCandidate *job, LedgerKeys *keys, LedgerCaps *caps)
+{
+	keys->has_folder = job->has_folder;
+	keys->folder = job->folder;
+	keys->job = job->id;
+	caps->folder_cc = job->folder_cap_cc;
+	caps->folder_gpus = job->folder_cap_gpus;
+	caps->job_cc = job->job_cap_cc;
+	caps->job_gpus = job->job_cap_gpus;
+}
+
 /* a job's folder and job items with their caps, in that order */
 static int
 job_items(LedgerItem *items, const JobCandidate *job)
 {
-	int			n = 0;
+	LedgerKeys	keys = {0};
+	LedgerCaps	caps = {0};
 
-	if (job->has_folder)
-		items[n++] = (LedgerItem)
-	{
-		LEDGER_FOLDER, job->folder, 0,
-			job->folder_cap_cc, job->folder_cap_gpus, LEDGER_NO_CAP
-	};
-	items[n++] = (LedgerItem)
-	{
-		LEDGER_JOB, job->id, 0, job->job_cap_cc, job->job_cap_gpus, LEDGER_NO_CAP
-	};
-	return n;
+	job_keys(job, &keys, &caps);
+	return frameq_ledger_job_items(items, &keys, &caps);
 }
 
-/* the proc's ledger items, in a fixed order: subscription, folder, job, limits */
+/* the proc's ledger items with their caps (frameq_ledger_items) */
 static int
 booking_items(LedgerItem *items, const ReserveState *st, const ShowCandidate *show,
 			  const JobCandidate *job, const LayerCandidate *layer)
 {
-	int			n = 0;
+	LedgerKeys	keys = {0};
+	LedgerCaps	caps = {0};
 
-	items[n++] = (LedgerItem)
-	{
-		LEDGER_SUBSCRIPTION, show->show, st->host.allocation,
-			show->burst_cc, LEDGER_NO_CAP, LEDGER_NO_CAP
-	};
-	n += job_items(items + n, job);
-	for (int k = 0; k < layer->nlimits; k++)
-		items[n++] = (LedgerItem)
-	{
-		LEDGER_LIMIT, layer->limit_ids[k], 0,
-			LEDGER_NO_CAP, LEDGER_NO_CAP, layer->limit_caps[k]
-	};
-	return n;
+	job_keys(job, &keys, &caps);
+	keys.show = show->show;
+	keys.allocation = st->host.allocation;
+	caps.burst_cc = show->burst_cc;
+	keys.nlimits = layer->nlimits;
+	keys.limits = layer->limit_ids;
+	caps.limits = layer->limit_caps;
+	return frameq_ledger_items(items, &keys, &caps);
 }
 
 static BookResult

@@ -11,6 +11,7 @@
 
 #include "postgres.h"
 
+#include "common/int.h"
 #include "executor/spi.h"
 #include "utils/timestamp.h"
 
@@ -101,6 +102,41 @@ typedef struct LedgerItem
 	int32		cap_running;
 } LedgerItem;
 
+/*
+ * What a proc counts against: its show's subscription to its host's
+ * allocation, its folder if it has one, its job and its layer's limits.
+ * frameq_ledger_items() makes its ledger items, always in that order
+ * (skipping a booking's failed item relies on it), with the caps to hold
+ * it to: from caps, or LEDGER_NO_CAP everywhere if caps is NULL (a release
+ * checks no cap).  frameq_ledger_job_items() makes just the folder's and
+ * the job's.
+ */
+typedef struct LedgerKeys
+{
+	int32		show;
+	int32		allocation;
+	bool		has_folder;
+	int32		folder;
+	int64		job;
+	int			nlimits;
+	const int32 *limits;
+} LedgerKeys;
+
+typedef struct LedgerCaps
+{
+	int32		burst_cc;		/* the subscription's */
+	int32		folder_cc;
+	int32		folder_gpus;
+	int32		job_cc;
+	int32		job_gpus;
+	const int32 *limits;		/* each limit's max_running, as keys->limits */
+} LedgerCaps;
+
+extern int	frameq_ledger_items(LedgerItem *items, const LedgerKeys *keys,
+								const LedgerCaps *caps);
+extern int	frameq_ledger_job_items(LedgerItem *items, const LedgerKeys *keys,
+									const LedgerCaps *caps);
+
 extern void frameq_ledger_init(void);
 extern void frameq_ledger_ensure_valid(void);
 extern int	frameq_ledger_try_charge(const LedgerItem *items, int nitems,
@@ -166,6 +202,24 @@ resources_give(Resources *room, const Resources *r)
 	room->memory += r->memory;
 	room->gpus += r->gpus;
 	room->gpu_memory += r->gpu_memory;
+}
+
+/*
+ * sum += r, unless a field would overflow: then false and sum unchanged
+ * (no host has that much room, so the sum cannot fit one).
+ */
+static inline bool
+resources_add(Resources *sum, const Resources *r)
+{
+	Resources	s;
+
+	if (pg_add_s32_overflow(sum->cores_cc, r->cores_cc, &s.cores_cc) ||
+		pg_add_s64_overflow(sum->memory, r->memory, &s.memory) ||
+		pg_add_s32_overflow(sum->gpus, r->gpus, &s.gpus) ||
+		pg_add_s64_overflow(sum->gpu_memory, r->gpu_memory, &s.gpu_memory))
+		return false;
+	*sum = s;
+	return true;
 }
 
 /* lease.c */

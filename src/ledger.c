@@ -700,6 +700,53 @@ frameq_ledger_note_proc_write(void)
 	proc_written = true;
 }
 
+/* a proc's folder (if it has one) and job items (frameq.h, LedgerKeys) */
+int
+frameq_ledger_job_items(LedgerItem *items, const LedgerKeys *keys, const LedgerCaps *caps)
+{
+	int			n = 0;
+
+	if (keys->has_folder)
+		items[n++] = (LedgerItem)
+	{
+		LEDGER_FOLDER, keys->folder, 0,
+			caps ? caps->folder_cc : LEDGER_NO_CAP,
+			caps ? caps->folder_gpus : LEDGER_NO_CAP, LEDGER_NO_CAP
+	};
+	items[n++] = (LedgerItem)
+	{
+		LEDGER_JOB, keys->job, 0,
+			caps ? caps->job_cc : LEDGER_NO_CAP,
+			caps ? caps->job_gpus : LEDGER_NO_CAP, LEDGER_NO_CAP
+	};
+	return n;
+}
+
+/*
+ * A proc's ledger items, in the fixed order subscription, folder, job,
+ * limits (frameq.h, LedgerKeys); items has room for FRAMEQ_MAX_PROC_ITEMS.
+ */
+int
+frameq_ledger_items(LedgerItem *items, const LedgerKeys *keys, const LedgerCaps *caps)
+{
+	int			n = 0;
+
+	Assert(keys->nlimits <= FRAMEQ_MAX_LAYER_LIMITS);
+	items[n++] = (LedgerItem)
+	{
+		LEDGER_SUBSCRIPTION, keys->show, keys->allocation,
+			caps ? caps->burst_cc : LEDGER_NO_CAP, LEDGER_NO_CAP, LEDGER_NO_CAP
+	};
+	n += frameq_ledger_job_items(items + n, keys, caps);
+	for (int k = 0; k < keys->nlimits; k++)
+		items[n++] = (LedgerItem)
+	{
+		LEDGER_LIMIT, keys->limits[k], 0,
+			LEDGER_NO_CAP, LEDGER_NO_CAP, caps ? caps->limits[k] : LEDGER_NO_CAP
+	};
+	return n;
+}
+
 /*
  * Check every item's caps against its usage plus this booking and, only if
  * all fit, add the booking to all of them.  Returns -1 on success, or the

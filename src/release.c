@@ -59,10 +59,7 @@ typedef struct ProcRow
 	int32		allocation;
 	int			nlimits;
 	int32		limits[FRAMEQ_MAX_LAYER_LIMITS];
-	int32		cores_cc;
-	int64		memory;
-	int32		gpus;
-	int64		gpu_memory;
+	Resources	room;			/* cores_cc, memory, gpus, gpu_memory */
 	bool		killing;
 	char	   *want_state;
 	Datum		booked_at;
@@ -109,10 +106,10 @@ read_proc(HeapTuple tup, TupleDesc desc, ProcRow *p)
 	p->nlimits = nelems;
 	for (int i = 0; i < nelems; i++)
 		p->limits[i] = DatumGetInt32(elems[i]);
-	p->cores_cc = DatumGetInt32(proc_col(tup, desc, "cores_cc", &isnull));
-	p->memory = DatumGetInt64(proc_col(tup, desc, "memory", &isnull));
-	p->gpus = DatumGetInt32(proc_col(tup, desc, "gpus", &isnull));
-	p->gpu_memory = DatumGetInt64(proc_col(tup, desc, "gpu_memory", &isnull));
+	p->room.cores_cc = DatumGetInt32(proc_col(tup, desc, "cores_cc", &isnull));
+	p->room.memory = DatumGetInt64(proc_col(tup, desc, "memory", &isnull));
+	p->room.gpus = DatumGetInt32(proc_col(tup, desc, "gpus", &isnull));
+	p->room.gpu_memory = DatumGetInt64(proc_col(tup, desc, "gpu_memory", &isnull));
 	p->killing = strcmp(TextDatumGetCString(proc_col(tup, desc, "state", &isnull)),
 						"killing") == 0;
 	d = proc_col(tup, desc, "want_state", &isnull);
@@ -121,32 +118,21 @@ read_proc(HeapTuple tup, TupleDesc desc, ProcRow *p)
 	p->kill_reason = proc_col(tup, desc, "kill_reason", &p->kill_reason_null);
 }
 
-/* the ledger keys a proc counts against; caps left open (-1) */
+/* the ledger items a proc counts against, caps left open (frameq_ledger_items) */
 static int
 proc_items(const ProcRow *p, LedgerItem *items)
 {
-	int			n = 0;
+	LedgerKeys	keys = {
+		.show = p->show,
+		.allocation = p->allocation,
+		.has_folder = p->has_folder,
+		.folder = p->folder,
+		.job = p->job,
+		.nlimits = p->nlimits,
+		.limits = p->limits,
+	};
 
-	items[n++] = (LedgerItem)
-	{
-		LEDGER_SUBSCRIPTION, p->show, p->allocation,
-			LEDGER_NO_CAP, LEDGER_NO_CAP, LEDGER_NO_CAP
-	};
-	if (p->has_folder)
-		items[n++] = (LedgerItem)
-	{
-		LEDGER_FOLDER, p->folder, 0, LEDGER_NO_CAP, LEDGER_NO_CAP, LEDGER_NO_CAP
-	};
-	items[n++] = (LedgerItem)
-	{
-		LEDGER_JOB, p->job, 0, LEDGER_NO_CAP, LEDGER_NO_CAP, LEDGER_NO_CAP
-	};
-	for (int i = 0; i < p->nlimits; i++)
-		items[n++] = (LedgerItem)
-	{
-		LEDGER_LIMIT, p->limits[i], 0, LEDGER_NO_CAP, LEDGER_NO_CAP, LEDGER_NO_CAP
-	};
-	return n;
+	return frameq_ledger_items(items, &keys, NULL);
 }
 
 /*
@@ -291,7 +277,7 @@ charge_direct_insert(const ProcRow *p, LedgerItem *items, int nitems)
 												SPI_tuptable->tupdesc, 1, NULL);
 	}
 
-	failed = frameq_ledger_try_charge(items, nitems, p->cores_cc, p->gpus);
+	failed = frameq_ledger_try_charge(items, nitems, p->room.cores_cc, p->room.gpus);
 	if (failed >= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_FRAMEQ_CAP_EXCEEDED),
@@ -330,10 +316,7 @@ frameq_proc_before(PG_FUNCTION_ARGS)
 typedef struct HostTake
 {
 	int32		host;
-	int64		cores_cc;
-	int64		memory;
-	int64		gpus;
-	int64		gpu_memory;
+	Resources	room;
 } HostTake;
 
 /* the procs of one insert statement: each host's room taken, each run opened */
@@ -354,29 +337,37 @@ add_inserted(InsertedProcs *ins, const ProcRow *p)
 	for (h = 0; h < ins->nhosts && ins->hosts[h].host != p->host; h++)
 		;
 	if (h == ins->nhosts)
-		ins->hosts[ins->nhosts++] = (HostTake) {p->host, 0, 0, 0, 0};
-	ins->hosts[h].cores_cc += p->cores_cc;
-	ins->hosts[h].memory += p->memory;
-	ins->hosts[h].gpus += p->gpus;
-	ins->hosts[h].gpu_memory += p->gpu_memory;
+		ins->hosts[ins->nhosts++] = (HostTake) {p->host, {0, 0, 0, 0}};
+	if (!resources_add(&ins->hosts[h].room, &p->room))
+		ereport(ERROR,
+				(errcode(ERRCODE_FRAMEQ_HOST_FULL),
+				 errmsg("host %d has no room for the procs inserted", p->host),
+				 errdetail("Together they need more than any host can have.")));
 
 	ins->run_cols[0][ins->nrows] = Int64GetDatum(p->id);
 	ins->run_cols[1][ins->nrows] = Int64GetDatum(p->frame);
 	ins->run_cols[2][ins->nrows] = Int64GetDatum(p->job);
 	ins->run_cols[3][ins->nrows] = Int32GetDatum(p->host);
 	ins->run_cols[4][ins->nrows] = Int64GetDatum(p->epoch);
-	ins->run_cols[5][ins->nrows] = Int32GetDatum(p->cores_cc);
-	ins->run_cols[6][ins->nrows] = Int64GetDatum(p->memory);
-	ins->run_cols[7][ins->nrows] = Int32GetDatum(p->gpus);
+	ins->run_cols[5][ins->nrows] = Int32GetDatum(p->room.cores_cc);
+	ins->run_cols[6][ins->nrows] = Int64GetDatum(p->room.memory);
+	ins->run_cols[7][ins->nrows] = Int32GetDatum(p->room.gpus);
 	ins->run_cols[8][ins->nrows] = p->booked_at;
 	ins->nrows++;
 }
 
-/* take each host's room for its new procs, all or nothing (FQ005) */
-static void
-take_host_room(const InsertedProcs *ins)
+/*
+ * The one writer of a host row's idle room (idle_cc, idle_memory,
+ * idle_gpus, idle_gpu_memory): give r back to it (a release), or take r
+ * from it (procs inserted), but only if all of r fits.  Returns false if
+ * a take did not fit, having changed nothing.  One statement does both:
+ * it adds r, or its negative, and keeps every field at zero or more.
+ */
+static bool
+move_host_room(int32 host, const Resources *r, bool take)
 {
 	static SPIPlanPtr plan = NULL;
+	int64		sign = take ? -1 : 1;
 	Datum		args[5];
 	int			ret;
 
@@ -385,32 +376,41 @@ take_host_room(const InsertedProcs *ins)
 		Oid			types[5] = {INT4OID, INT8OID, INT8OID, INT8OID, INT8OID};
 
 		plan = frameq_prepare("UPDATE frameq.host"
-							  "   SET idle_cc = idle_cc - $2, idle_memory = idle_memory - $3,"
-							  "       idle_gpus = idle_gpus - $4,"
-							  "       idle_gpu_memory = idle_gpu_memory - $5"
-							  " WHERE id = $1 AND idle_cc >= $2 AND idle_memory >= $3"
-							  "   AND idle_gpus >= $4 AND idle_gpu_memory >= $5",
+							  "   SET idle_cc = idle_cc + $2, idle_memory = idle_memory + $3,"
+							  "       idle_gpus = idle_gpus + $4,"
+							  "       idle_gpu_memory = idle_gpu_memory + $5"
+							  " WHERE id = $1 AND idle_cc + $2 >= 0 AND idle_memory + $3 >= 0"
+							  "   AND idle_gpus + $4 >= 0 AND idle_gpu_memory + $5 >= 0",
 							  5, types);
 	}
+	args[0] = Int32GetDatum(host);
+	args[1] = Int64GetDatum(sign * r->cores_cc);
+	args[2] = Int64GetDatum(sign * r->memory);
+	args[3] = Int64GetDatum(sign * r->gpus);
+	args[4] = Int64GetDatum(sign * r->gpu_memory);
+	ret = SPI_execute_plan(plan, args, NULL, false, 0);
+	if (ret != SPI_OK_UPDATE)
+		elog(ERROR, "frameq: host capacity update failed: %s", SPI_result_code_string(ret));
+	if (SPI_processed != 1 && !take)
+		elog(ERROR, "frameq: host capacity release failed for host %d", host);
+	return SPI_processed == 1;
+}
+
+/* take each host's room for its new procs, all or nothing (FQ005) */
+static void
+take_host_room(const InsertedProcs *ins)
+{
 	for (int h = 0; h < ins->nhosts; h++)
 	{
 		const HostTake *t = &ins->hosts[h];
 
-		args[0] = Int32GetDatum(t->host);
-		args[1] = Int64GetDatum(t->cores_cc);
-		args[2] = Int64GetDatum(t->memory);
-		args[3] = Int64GetDatum(t->gpus);
-		args[4] = Int64GetDatum(t->gpu_memory);
-		ret = SPI_execute_plan(plan, args, NULL, false, 0);
-		if (ret != SPI_OK_UPDATE)
-			elog(ERROR, "frameq: host capacity update failed: %s", SPI_result_code_string(ret));
-		if (SPI_processed != 1)
+		if (!move_host_room(t->host, &t->room, true))
 			ereport(ERROR,
 					(errcode(ERRCODE_FRAMEQ_HOST_FULL),
 					 errmsg("host %d has no room for the procs inserted", t->host),
 					 errdetail("They need %lld cores (in hundredths), %lld bytes of memory, %lld gpus and %lld bytes of gpu memory.",
-							   (long long) t->cores_cc, (long long) t->memory,
-							   (long long) t->gpus, (long long) t->gpu_memory)));
+							   (long long) t->room.cores_cc, (long long) t->room.memory,
+							   (long long) t->room.gpus, (long long) t->room.gpu_memory)));
 	}
 }
 
@@ -642,7 +642,7 @@ notify_release(const ProcRow *p, const char *state, const char *reason)
 	appendStringInfo(&buf,
 					 ", \"host\": %d, \"cores\": %d.%02d, \"gpus\": %d,"
 					 " \"state\": \"%s\", \"reason\": \"%s\"}",
-					 p->host, p->cores_cc / 100, p->cores_cc % 100, p->gpus,
+					 p->host, p->room.cores_cc / 100, p->room.cores_cc % 100, p->room.gpus,
 					 state, reason);
 	Async_Notify("frameq_release", buf.data);
 }
@@ -684,35 +684,6 @@ requeue_parked(const LedgerItem *items, int nitems, uint32 parked)
 			elog(ERROR, "frameq: requeue of a parked %s failed",
 				 items[i].kind == LEDGER_JOB ? "job" : "folder");
 	}
-}
-
-/* the released proc's host gets its room back (a release's first write after the proc) */
-static void
-give_host_room(const ProcRow *p)
-{
-	static SPIPlanPtr plan = NULL;
-	Datum		args[5];
-	int			ret;
-
-	if (plan == NULL)
-	{
-		Oid			types[5] = {INT4OID, INT4OID, INT8OID, INT4OID, INT8OID};
-
-		plan = frameq_prepare("UPDATE frameq.host"
-							  "   SET idle_cc = idle_cc + $2, idle_memory = idle_memory + $3,"
-							  "       idle_gpus = idle_gpus + $4,"
-							  "       idle_gpu_memory = idle_gpu_memory + $5"
-							  " WHERE id = $1",
-							  5, types);
-	}
-	args[0] = Int32GetDatum(p->host);
-	args[1] = Int32GetDatum(p->cores_cc);
-	args[2] = Int64GetDatum(p->memory);
-	args[3] = Int32GetDatum(p->gpus);
-	args[4] = Int64GetDatum(p->gpu_memory);
-	ret = SPI_execute_plan(plan, args, NULL, false, 0);
-	if (ret != SPI_OK_UPDATE || SPI_processed != 1)
-		elog(ERROR, "frameq: host capacity release failed for host %d", p->host);
 }
 
 /* close the proc's run record: when, how the render ended, why, and where the frame went */
@@ -839,14 +810,15 @@ frameq_proc_after_delete(PG_FUNCTION_ARGS)
 		ctx.new_state = default_end_state(&p);
 
 	nitems = proc_items(&p, items);
-	parked = frameq_ledger_release(items, nitems, p.cores_cc, p.gpus);
+	parked = frameq_ledger_release(items, nitems, p.room.cores_cc, p.room.gpus);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "frameq: SPI_connect failed");
 	if (parked != 0)
 		requeue_parked(items, nitems, parked);
 
-	give_host_room(&p);
+	/* the host gets its room back: a release's first write after the proc */
+	move_host_room(p.host, &p.room, false);
 	close_run(&p, &ctx);
 	release_frame(&p, &ctx);
 	if (state_is_terminal(ctx.new_state))

@@ -319,13 +319,7 @@ BEGIN
 	IF v IS NULL OR v #>> '{}' = '' THEN
 		RAISE EXCEPTION 'spec.name is required' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
-	job_name := frameq._bounded(v #>> '{}', 'spec.name', 200);
-	/* names reach shell commands through #JOB#: no spaces or shell characters */
-	IF job_name !~ '^[A-Za-z0-9_.:@+-]{1,200}$' THEN
-		RAISE EXCEPTION 'spec.name "%" is not a valid job name', frameq._clip(job_name)
-			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'Job names are 1 to 200 letters, digits and _ . : @ + -.';
-	END IF;
+	job_name := frameq._name(v #>> '{}', 'spec.name', 'job name', 200);
 	priority := frameq._spec_int(spec, 'priority', 'spec', 0, -1000000, 1000000);
 	max_retries := frameq._spec_int(spec, 'max_retries', 'spec', 3, 0, 1000);
 	auto_eat := frameq._spec_bool(spec, 'auto_eat', 'spec', false);
@@ -357,12 +351,7 @@ BEGIN
 		IF v IS NULL OR v #>> '{}' = '' THEN
 			RAISE EXCEPTION '%.name is required', path USING ERRCODE = 'invalid_parameter_value';
 		END IF;
-		PERFORM frameq._bounded(v #>> '{}', path || '.name', 100);
-		IF (v #>> '{}') !~ '^[A-Za-z0-9_.:@+-]{1,100}$' THEN
-			RAISE EXCEPTION '%.name "%" is not a valid layer name', path, frameq._clip(v #>> '{}')
-				USING ERRCODE = 'invalid_parameter_value',
-					  HINT = 'Layer names are 1 to 100 letters, digits and _ . : @ + -.';
-		END IF;
+		PERFORM frameq._name(v #>> '{}', path || '.name', 'layer name');
 		IF (v #>> '{}') = ANY (l_name) THEN
 			RAISE EXCEPTION '%.name "%" is used by an earlier layer', path, frameq._clip(v #>> '{}')
 				USING ERRCODE = 'invalid_parameter_value';

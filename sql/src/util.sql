@@ -138,15 +138,27 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION frameq._name(value text, field text)
+/*
+ * The rule for names, in one place: 1 to max_length (100 unless given)
+ * letters, digits and _ . : @ + -, so no spaces and no shell characters
+ * (job and layer names reach commands through #JOB# and #LAYER#).  kind
+ * is what the message calls the value: 'name' for allocations, shows,
+ * folders, limits and hosts, 'job name' (200 characters), 'layer name'.
+ * doc/reference.md states the rule for users; the agent applies it to
+ * its --host before it ever connects.
+ */
+CREATE FUNCTION frameq._name(value text, field text, kind text DEFAULT 'name',
+							 max_length int DEFAULT 100)
 RETURNS text LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
 	PERFORM frameq._not_null(value, field);
-	PERFORM frameq._bounded(value, field, 100);
-	IF value OPERATOR(pg_catalog.!~) '^[A-Za-z0-9_.:@+-]{1,100}$' THEN
-		RAISE EXCEPTION '% "%" is not a valid name', field, frameq._clip(value)
+	PERFORM frameq._bounded(value, field, max_length);
+	IF value OPERATOR(pg_catalog.!~) pg_catalog.format('^[A-Za-z0-9_.:@+-]{1,%s}$', max_length) THEN
+		RAISE EXCEPTION '% "%" is not a valid %', field, frameq._clip(value), kind
 			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'Names are 1 to 100 letters, digits and _ . : @ + -.';
+				  HINT = pg_catalog.format('%s%ss are 1 to %s letters, digits and _ . : @ + -.',
+										   pg_catalog.upper(pg_catalog.left(kind, 1)),
+										   pg_catalog.substr(kind, 2), max_length);
 	END IF;
 	RETURN value;
 END

@@ -6,7 +6,7 @@
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(120);
+SELECT plan(131);
 
 SELECT frameq.create_allocation('t02.pool') AS alloc \gset
 SELECT frameq.create_show('t02show') AS show \gset
@@ -19,7 +19,7 @@ SELECT frameq.create_limit('t02.lic', 3) AS lim \gset
 
 SELECT frameq.submit($${
 	"show": "t02show", "name": "ranges",
-	"layers": [
+	   "layers": [
 		{"name": "plain",   "command": "r #FRAME#", "range": "1-100"},
 		{"name": "stepped", "command": "r #FRAME#", "range": "1-100x5"},
 		{"name": "listed",  "command": "r #FRAME#", "range": "1,3,7"},
@@ -83,7 +83,7 @@ SELECT results_eq(
 SELECT frameq.submit($${
 	"show": "t02show", "folder": "fx", "name": "explicit", "priority": 10,
 	"max_retries": 1, "auto_eat": true, "max_cores": 4.5, "max_gpus": 2, "paused": true,
-	"layers": [
+	   "layers": [
 		{"name": "sim", "command": "sim #FRAME#", "range": "1-2", "cores": 2.5,
 		 "cores_max": 4, "threadable": true, "memory": "4GB", "gpus": 1,
 		 "gpu_memory": 1073741824, "tags": ["b", "a", "b"], "limits": ["t02.lic"],
@@ -115,172 +115,268 @@ SELECT results_eq(
 -- ------------------------------------------------------------ bad specs
 
 /*
- * Each refusal below also asserts that fqtest.state() (which counts job,
- * layer and frame rows) is unchanged.
+ * Specs submit refuses: each row is one refusal, which fqtest.refuses()
+ * turns into two assertions: the SQLSTATE and a message matching the LIKE
+ * pattern, and fqtest.state() (which counts job, layer and frame rows)
+ * unchanged after it.
  */
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('[]')$$, '22023', 'spec must be a JSON object',
-	'submit refuses a spec that is not an object');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit(NULL)$$, '22023', 'spec must be a JSON object',
-	'submit refuses a null spec');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x", "colour": "red",
-	"layers": [{"name": "a", "command": "c", "range": "1"}]}')$$, '22023', '%spec.colour%',
-	'submit refuses an unknown top-level field and names it');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1", "colour": "red"}]}')$$, '22023',
-	'%spec.layers[0].colour%', 'submit refuses an unknown layer field and names it');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1"}]}')$$, '22023', '%spec.show%',
-	'submit refuses a spec without a show and names spec.show');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show",
-	"layers": [{"name": "a", "command": "c", "range": "1"}]}')$$, '22023', '%spec.name%',
-	'submit refuses a spec without a name and names spec.name');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": ""}')$$, '22023',
-	'%spec.name%', 'submit refuses an empty name and names spec.name');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x"}')$$, '22023',
-	'%spec.layers%', 'submit refuses a spec without layers and names spec.layers');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x", "layers": []}')$$,
-	'22023', '%spec.layers%', 'submit refuses an empty layer list and names spec.layers');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"command": "c", "range": "1"}]}')$$, '22023', '%spec.layers[0].name%',
-	'submit refuses a layer without a name and names spec.layers[0].name');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "range": "1"}]}')$$, '22023', '%spec.layers[0].command%',
-	'submit refuses a layer without a command and names spec.layers[0].command');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c"}]}')$$, '22023', '%spec.layers[0].range%',
-	'submit refuses a layer without a range and names spec.layers[0].range');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1"}, {"name": "a", "command": "c", "range": "1"}]}')$$,
-	'22023', '%spec.layers[1].name%', 'submit refuses two layers with one name and names the second');
+SELECT r.tap
+  FROM (VALUES
+	('submit refuses a spec that is not an object',
+	 '[]'::jsonb,
+	 '22023', 'spec must be a JSON object'),
+	('submit refuses a null spec',
+	 NULL,
+	 '22023', 'spec must be a JSON object'),
+	('submit refuses an unknown top-level field and names it',
+	 '{"show": "t02show", "name": "x", "colour": "red",
+	   "layers": [{"name": "a", "command": "c", "range": "1"}]}',
+	 '22023', '%spec.colour%'),
+	('submit refuses an unknown layer field and names it',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1", "colour": "red"}]}',
+	 '22023', '%spec.layers[0].colour%'),
+	('submit refuses a spec without a show and names spec.show',
+	 '{"name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1"}]}',
+	 '22023', '%spec.show%'),
+	('submit refuses a spec without a name and names spec.name',
+	 '{"show": "t02show",
+	   "layers": [{"name": "a", "command": "c", "range": "1"}]}',
+	 '22023', '%spec.name%'),
+	('submit refuses an empty name and names spec.name',
+	 '{"show": "t02show", "name": ""}',
+	 '22023', '%spec.name%'),
+	('submit refuses a spec without layers and names spec.layers',
+	 '{"show": "t02show", "name": "x"}',
+	 '22023', '%spec.layers%'),
+	('submit refuses an empty layer list and names spec.layers',
+	 '{"show": "t02show", "name": "x", "layers": []}',
+	 '22023', '%spec.layers%'),
+	('submit refuses a layer without a name and names spec.layers[0].name',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"command": "c", "range": "1"}]}',
+	 '22023', '%spec.layers[0].name%'),
+	('submit refuses a layer without a command and names spec.layers[0].command',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "range": "1"}]}',
+	 '22023', '%spec.layers[0].command%'),
+	('submit refuses a layer without a range and names spec.layers[0].range',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c"}]}',
+	 '22023', '%spec.layers[0].range%'),
+	('submit refuses a job name with a space and names spec.name',
+	 '{"show": "t02show", "name": "a b",
+	   "layers": [{"name": "a", "command": "c", "range": "1"}]}',
+	 '22023', 'spec.name "a b" is not a valid job name'),
+	('submit refuses a job name of 201 characters',
+	 '{"show": "t02show", "name": "jjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjjj",
+	   "layers": [{"name": "a", "command": "c", "range": "1"}]}',
+	 '54000', 'spec.name is too large: 201 characters, at most 200'),
+	('submit refuses a layer name with a shell character and names it',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a;b", "command": "c", "range": "1"}]}',
+	 '22023', 'spec.layers[0].name "a;b" is not a valid layer name'),
+	('submit refuses a layer name of 101 characters',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "lllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllllll", "command": "c", "range": "1"}]}',
+	 '54000', 'spec.layers[0].name is too large: 101 characters, at most 100'),
+	('submit refuses two layers with one name and names the second',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1"}, {"name": "a", "command": "c", "range": "1"}]}',
+	 '22023', '%spec.layers[1].name%'),
+	-- malformed ranges
+	('submit refuses range "1-" and names spec.layers[0].range',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1-"}]}',
+	 '22023', '%spec.layers[0].range%'),
+	('submit refuses range "a-b" and names spec.layers[0].range',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "a-b"}]}',
+	 '22023', '%spec.layers[0].range%'),
+	('submit refuses the backwards range "10-1" and names spec.layers[0].range',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "10-1"}]}',
+	 '22023', '%spec.layers[0].range%'),
+	('submit refuses the zero step "1-10x0" and names spec.layers[0].range',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1-10x0"}]}',
+	 '22023', '%spec.layers[0].range%'),
+	('submit refuses the duplicate frame in "1,1" and names spec.layers[0].range',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1,1"}]}',
+	 '22023', '%spec.layers[0].range%'),
+	('submit refuses the overlapping items of "1-5,3-7" and names spec.layers[0].range',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1-5,3-7"}]}',
+	 '22023', '%spec.layers[0].range%'),
+	('submit refuses an empty range and names spec.layers[0].range',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": ""}]}',
+	 '22023', '%spec.layers[0].range%'),
+	('submit refuses a range of two million frames and names spec.layers[0].range',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1-2000000"}]}',
+	 '54000', '%spec.layers[0].range%'),
+	('submit names the second layer''s range when that one is malformed',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1-3"}, {"name": "b", "command": "c", "range": "3-"}]}',
+	 '22023', '%spec.layers[1].range%'),
+	-- things that do not exist
+	('submit refuses an unknown show with 42704 and names spec.show',
+	 '{"show": "t02nope", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1"}]}',
+	 '42704', '%spec.show%t02nope%'),
+	('submit refuses an unknown folder with 42704 and names spec.folder',
+	 '{"show": "t02show", "folder": "nope", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1"}]}',
+	 '42704', '%spec.folder%nope%'),
+	('submit refuses a folder of another show with 42704',
+	 '{"show": "t02show", "folder": "elsewhere", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1"}]}',
+	 '42704', '%spec.folder%'),
+	('submit refuses an unknown limit with 42704 and names spec.layers[0].limits',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1", "limits": ["t02.nope"]}]}',
+	 '42704', '%spec.layers[0].limits%t02.nope%'),
+	-- resources
+	('submit refuses cores_max above cores without threadable',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1", "cores": 1, "cores_max": 4}]}',
+	 '22023', '%spec.layers[0].cores_max%threadable%'),
+	('submit refuses cores_max below cores',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1", "cores": 4, "cores_max": 2, "threadable": true}]}',
+	 '22023', '%spec.layers[0].cores_max%'),
+	('submit refuses zero cores and names spec.layers[0].cores',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1", "cores": 0}]}',
+	 '22023', '%spec.layers[0].cores%'),
+	('submit refuses negative cores and names spec.layers[0].cores',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1", "cores": -1}]}',
+	 '22023', '%spec.layers[0].cores%'),
+	('submit refuses cores with three decimals',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1", "cores": 1.005}]}',
+	 '22023', '%spec.layers[0].cores%'),
+	('submit refuses an absurd 100001 cores',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1", "cores": 100001}]}',
+	 '54000', '%spec.layers[0].cores%'),
+	('submit refuses negative memory and names spec.layers[0].memory',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1", "memory": -1}]}',
+	 '22023', '%spec.layers[0].memory%'),
+	('submit refuses memory "-4GB"',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1", "memory": "-4GB"}]}',
+	 '22023', '%spec.layers[0].memory%'),
+	('submit refuses memory "lots"',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1", "memory": "lots"}]}',
+	 '22023', '%spec.layers[0].memory%'),
+	('submit refuses a fractional byte count of gpu memory',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1", "gpu_memory": 1.5}]}',
+	 '22023', '%spec.layers[0].gpu_memory%'),
+	('submit refuses negative gpus',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1", "gpus": -1}]}',
+	 '22023', '%spec.layers[0].gpus%'),
+	('submit refuses a negative job max_cores and names spec.max_cores',
+	 '{"show": "t02show", "name": "x", "max_cores": -2,
+	   "layers": [{"name": "a", "command": "c", "range": "1"}]}',
+	 '22023', '%spec.max_cores%'),
+	('submit refuses negative max_retries',
+	 '{"show": "t02show", "name": "x", "max_retries": -1,
+	   "layers": [{"name": "a", "command": "c", "range": "1"}]}',
+	 '22023', '%spec.max_retries%'),
+	('submit refuses a fractional priority',
+	 '{"show": "t02show", "name": "x", "priority": 1.5,
+	   "layers": [{"name": "a", "command": "c", "range": "1"}]}',
+	 '22023', '%spec.priority%'),
+	-- wrong JSON types
+	('submit refuses a numeric show and says it must be a string',
+	 '{"show": 5, "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1"}]}',
+	 '22023', '%spec.show%string%'),
+	('submit refuses a string priority and says it must be a number',
+	 '{"show": "t02show", "name": "x", "priority": "high",
+	   "layers": [{"name": "a", "command": "c", "range": "1"}]}',
+	 '22023', '%spec.priority%number%'),
+	('submit refuses a string for paused and says it must be a boolean',
+	 '{"show": "t02show", "name": "x", "paused": "yes",
+	   "layers": [{"name": "a", "command": "c", "range": "1"}]}',
+	 '22023', '%spec.paused%boolean%'),
+	('submit refuses layers given as an object and says they must be an array',
+	 '{"show": "t02show", "name": "x",
+	   "layers": {"name": "a", "command": "c", "range": "1"}}',
+	 '22023', '%spec.layers%array%'),
+	('submit refuses a layer that is a string',
+	 '{"show": "t02show", "name": "x", "layers": ["a"]}',
+	 '22023', '%spec.layers[0]%object%'),
+	('submit refuses a numeric range and says it must be a string',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": 5}]}',
+	 '22023', '%spec.layers[0].range%string%'),
+	('submit refuses cores given as a string',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1", "cores": "2"}]}',
+	 '22023', '%spec.layers[0].cores%number%'),
+	('submit refuses threadable given as a number',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1", "threadable": 1}]}',
+	 '22023', '%spec.layers[0].threadable%boolean%'),
+	('submit refuses tags given as a string',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1", "tags": "linux"}]}',
+	 '22023', '%spec.layers[0].tags%array%'),
+	('submit refuses a tag that is not a string',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1", "tags": ["linux", 3]}]}',
+	 '22023', '%spec.layers[0].tags%'),
+	('submit refuses env given as an array',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1", "env": ["A=1"]}]}',
+	 '22023', '%spec.layers[0].env%object%'),
+	('submit refuses an env value that is not a string',
+	 '{"show": "t02show", "name": "x",
+	   "layers": [{"name": "a", "command": "c", "range": "1", "env": {"A": 1}}]}',
+	 '22023', '%spec.layers[0].env%')
+	   ) AS c(description, spec, sqlstate, message),
+	   LATERAL fqtest.refuses(format('SELECT frameq.submit(%L::jsonb)', c.spec),
+							  c.sqlstate, c.message, c.description) AS r(tap);
 
--- malformed ranges
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1-"}]}')$$, '22023', '%spec.layers[0].range%',
-	'submit refuses range "1-" and names spec.layers[0].range');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "a-b"}]}')$$, '22023', '%spec.layers[0].range%',
-	'submit refuses range "a-b" and names spec.layers[0].range');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "10-1"}]}')$$, '22023', '%spec.layers[0].range%',
-	'submit refuses the backwards range "10-1" and names spec.layers[0].range');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1-10x0"}]}')$$, '22023', '%spec.layers[0].range%',
-	'submit refuses the zero step "1-10x0" and names spec.layers[0].range');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1,1"}]}')$$, '22023', '%spec.layers[0].range%',
-	'submit refuses the duplicate frame in "1,1" and names spec.layers[0].range');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1-5,3-7"}]}')$$, '22023', '%spec.layers[0].range%',
-	'submit refuses the overlapping items of "1-5,3-7" and names spec.layers[0].range');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": ""}]}')$$, '22023', '%spec.layers[0].range%',
-	'submit refuses an empty range and names spec.layers[0].range');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1-2000000"}]}')$$, '54000', '%spec.layers[0].range%',
-	'submit refuses a range of two million frames and names spec.layers[0].range');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1-3"}, {"name": "b", "command": "c", "range": "3-"}]}')$$,
-	'22023', '%spec.layers[1].range%', 'submit names the second layer''s range when that one is malformed');
-
--- things that do not exist
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02nope", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1"}]}')$$, '42704', '%spec.show%t02nope%',
-	'submit refuses an unknown show with 42704 and names spec.show');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "folder": "nope", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1"}]}')$$, '42704', '%spec.folder%nope%',
-	'submit refuses an unknown folder with 42704 and names spec.folder');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "folder": "elsewhere", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1"}]}')$$, '42704', '%spec.folder%',
-	'submit refuses a folder of another show with 42704');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1", "limits": ["t02.nope"]}]}')$$, '42704',
-	'%spec.layers[0].limits%t02.nope%', 'submit refuses an unknown limit with 42704 and names spec.layers[0].limits');
-
--- resources
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1", "cores": 1, "cores_max": 4}]}')$$, '22023',
-	'%spec.layers[0].cores_max%threadable%', 'submit refuses cores_max above cores without threadable');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1", "cores": 4, "cores_max": 2, "threadable": true}]}')$$,
-	'22023', '%spec.layers[0].cores_max%', 'submit refuses cores_max below cores');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1", "cores": 0}]}')$$, '22023',
-	'%spec.layers[0].cores%', 'submit refuses zero cores and names spec.layers[0].cores');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1", "cores": -1}]}')$$, '22023',
-	'%spec.layers[0].cores%', 'submit refuses negative cores and names spec.layers[0].cores');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1", "cores": 1.005}]}')$$, '22023',
-	'%spec.layers[0].cores%', 'submit refuses cores with three decimals');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1", "cores": 100001}]}')$$, '54000',
-	'%spec.layers[0].cores%', 'submit refuses an absurd 100001 cores');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1", "memory": -1}]}')$$, '22023',
-	'%spec.layers[0].memory%', 'submit refuses negative memory and names spec.layers[0].memory');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1", "memory": "-4GB"}]}')$$, '22023',
-	'%spec.layers[0].memory%', 'submit refuses memory "-4GB"');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1", "memory": "lots"}]}')$$, '22023',
-	'%spec.layers[0].memory%', 'submit refuses memory "lots"');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1", "gpu_memory": 1.5}]}')$$, '22023',
-	'%spec.layers[0].gpu_memory%', 'submit refuses a fractional byte count of gpu memory');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1", "gpus": -1}]}')$$, '22023',
-	'%spec.layers[0].gpus%', 'submit refuses negative gpus');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x", "max_cores": -2,
-	"layers": [{"name": "a", "command": "c", "range": "1"}]}')$$, '22023',
-	'%spec.max_cores%', 'submit refuses a negative job max_cores and names spec.max_cores');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x", "max_retries": -1,
-	"layers": [{"name": "a", "command": "c", "range": "1"}]}')$$, '22023',
-	'%spec.max_retries%', 'submit refuses negative max_retries');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x", "priority": 1.5,
-	"layers": [{"name": "a", "command": "c", "range": "1"}]}')$$, '22023',
-	'%spec.priority%', 'submit refuses a fractional priority');
-
--- wrong JSON types
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": 5, "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1"}]}')$$, '22023', '%spec.show%string%',
-	'submit refuses a numeric show and says it must be a string');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x", "priority": "high",
-	"layers": [{"name": "a", "command": "c", "range": "1"}]}')$$, '22023', '%spec.priority%number%',
-	'submit refuses a string priority and says it must be a number');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x", "paused": "yes",
-	"layers": [{"name": "a", "command": "c", "range": "1"}]}')$$, '22023', '%spec.paused%boolean%',
-	'submit refuses a string for paused and says it must be a boolean');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": {"name": "a", "command": "c", "range": "1"}}')$$, '22023', '%spec.layers%array%',
-	'submit refuses layers given as an object and says they must be an array');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x", "layers": ["a"]}')$$,
-	'22023', '%spec.layers[0]%object%', 'submit refuses a layer that is a string');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": 5}]}')$$, '22023', '%spec.layers[0].range%string%',
-	'submit refuses a numeric range and says it must be a string');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1", "cores": "2"}]}')$$, '22023',
-	'%spec.layers[0].cores%number%', 'submit refuses cores given as a string');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1", "threadable": 1}]}')$$, '22023',
-	'%spec.layers[0].threadable%boolean%', 'submit refuses threadable given as a number');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1", "tags": "linux"}]}')$$, '22023',
-	'%spec.layers[0].tags%array%', 'submit refuses tags given as a string');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1", "tags": ["linux", 3]}]}')$$, '22023',
-	'%spec.layers[0].tags%', 'submit refuses a tag that is not a string');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1", "env": ["A=1"]}]}')$$, '22023',
-	'%spec.layers[0].env%object%', 'submit refuses env given as an array');
-SELECT * FROM fqtest.refuses($$SELECT frameq.submit('{"show": "t02show", "name": "x",
-	"layers": [{"name": "a", "command": "c", "range": "1", "env": {"A": 1}}]}')$$, '22023',
-	'%spec.layers[0].env%', 'submit refuses an env value that is not a string');
+/* the hint of a name's refusal states the rule, for each kind of name */
+CREATE FUNCTION fqtest.hint_of(code text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+	hint text;
+BEGIN
+	EXECUTE code;
+	RETURN NULL;
+EXCEPTION WHEN invalid_parameter_value THEN
+	GET STACKED DIAGNOSTICS hint = PG_EXCEPTION_HINT;
+	RETURN hint;
+END
+$$;
+SELECT is(fqtest.hint_of($$SELECT frameq.create_show('a b')$$),
+		  'Names are 1 to 100 letters, digits and _ . : @ + -.',
+		  'a refused show name''s hint states the rule for names');
+SELECT is(fqtest.hint_of($$SELECT frameq.submit('{"show": "t02show", "name": "a b",
+			"layers": [{"name": "a", "command": "c", "range": "1"}]}')$$),
+		  'Job names are 1 to 200 letters, digits and _ . : @ + -.',
+		  'a refused job name''s hint states the rule for job names');
+SELECT is(fqtest.hint_of($$SELECT frameq.submit('{"show": "t02show", "name": "x",
+			"layers": [{"name": "a b", "command": "c", "range": "1"}]}')$$),
+		  'Layer names are 1 to 100 letters, digits and _ . : @ + -.',
+		  'a refused layer name''s hint states the rule for layer names');
 
 -- ------------------------------------------------------------ a big job
 
 SELECT frameq.submit($${"show": "t02show", "name": "big",
-	"layers": [{"name": "all", "command": "r #FRAME#", "range": "1-100000"}]}$$) AS big \gset
+	   "layers": [{"name": "all", "command": "r #FRAME#", "range": "1-100000"}]}$$) AS big \gset
 SELECT results_eq(
 	format($$SELECT count(*)::int, count(DISTINCT number)::int, min(number), max(number),
 				   count(*) FILTER (WHERE state = 'waiting')::int

@@ -9,13 +9,8 @@ BEGIN;
 
 SELECT plan(20);
 
-SELECT frameq.create_allocation('t06.pool') AS alloc \gset
-SELECT frameq.create_show('t06show') AS show \gset
-SELECT frameq.set_subscription('t06show', 't06.pool', 100, 100) \g /dev/null
+SELECT * FROM fqtest.farm('t06', gpus => 2, gpu_memory => 8589934592) \gset
 -- 8 cores, 16 GiB, 2 gpus with 8 GiB
-SELECT frameq.register_host('t06-h1', 't06.pool', 8, 17179869184, 2, 8589934592) AS tok \gset
-SELECT id AS host FROM frameq.host WHERE name = 't06-h1' \gset
-SELECT epoch FROM frameq.attach('t06-h1', :'tok', 'boot-1') \gset
 SELECT frameq.submit($${"show": "t06show", "name": "shot010", "layers": [
 	{"name": "beauty", "range": "7,12345", "cores": 1.5, "memory": "2GB", "gpus": 1, "gpu_memory": "1GB",
 	 "command": "render -f #FRAME# -z #ZFRAME# -j #JOB# -l #LAYER# #frame# ##FRAME##",
@@ -25,7 +20,7 @@ SELECT id AS frame7 FROM frameq.frame WHERE job = :job AND number = 7 \gset
 SELECT id AS frame12345 FROM frameq.frame WHERE job = :job AND number = 12345 \gset
 
 CREATE TEMP TABLE booked ON COMMIT DROP AS
-SELECT * FROM frameq.reserve('t06-h1', :'tok', :epoch);
+SELECT * FROM frameq.reserve('t06-h1', :'tok1', :epoch1);
 SELECT proc AS proc7 FROM booked WHERE frame_number = 7 \gset
 
 SELECT is((SELECT count(*)::int FROM booked), 2, 'reserve books both frames of the layer');
@@ -52,7 +47,7 @@ SELECT results_eq(
 			  FROM frameq.proc WHERE id = %s$$, :proc7),
 	format($$VALUES (%s, %s::bigint, %s::bigint, %s::bigint, %s, NULL::int, %s, '{}'::int[], 150,
 					 2147483648::bigint, 1, 1073741824::bigint, 'running', NULL::text, NULL::timestamptz, NULL::text)$$,
-		   :host, :epoch, :job, :layer, :show, :alloc),
+		   :host1, :epoch1, :job, :layer, :show, :alloc),
 	'the proc records host, epoch, keys and 150 centicores, and is running without a kill order');
 SELECT ok(frameq.owns(:proc7, frameq._run_secret(:proc7)), 'owns() is true for the live proc');
 
@@ -62,7 +57,7 @@ SELECT results_eq(
 				   r.ended_at IS NULL, r.reason IS NULL, r.exit_status IS NULL
 			  FROM frameq.run r JOIN frameq.proc p ON p.id = r.proc WHERE r.proc = %s$$, :proc7),
 	format($$VALUES (%s::bigint, %s::bigint, %s, %s::bigint, 150, 2147483648::bigint, 1, true, true, true, true)$$,
-		   :frame7, :job, :host, :epoch),
+		   :frame7, :job, :host1, :epoch1),
 	'the proc has an open run record from the moment it is booked');
 SELECT is((SELECT count(*)::int FROM frameq.run r JOIN booked b ON b.proc = r.proc), 2,
 		  'there is one run record per booking');
@@ -79,7 +74,7 @@ SELECT results_eq(
 
 -- the host, exactly
 SELECT results_eq(
-	format('SELECT idle_cc, idle_memory, idle_gpus, idle_gpu_memory FROM frameq.host WHERE id = %s', :host),
+	format('SELECT idle_cc, idle_memory, idle_gpus, idle_gpu_memory FROM frameq.host WHERE id = %s', :host1),
 	$$VALUES (500, 12884901888::bigint, 0, 6442450944::bigint)$$,
 	'the host''s idle capacity drops by exactly 3 cores, 4 GiB, 2 gpus and 2 GiB of gpu memory');
 SELECT results_eq(
@@ -96,14 +91,14 @@ SELECT results_eq(
 SELECT results_eq(
 	format($$SELECT kind, used_cores, used_gpus, running FROM frameq.usage
 			  WHERE (kind = 'job' AND id = %s) OR (kind = 'subscription' AND id = %s) OR (kind = 'host' AND id = %s)
-			  ORDER BY kind$$, :job, :show, :host),
+			  ORDER BY kind$$, :job, :show, :host1),
 	$$VALUES ('host', 3.00::numeric(12,2), 2, 2), ('job', 3.00, 2, 2), ('subscription', 3.00, 2, 2)$$,
 	'the usage view reports 3 cores, 2 gpus and 2 procs for the host, the job and the subscription');
 SELECT is_empty('SELECT * FROM frameq.check()', 'check() finds nothing wrong after the booking');
 
 -- a second attempt gets a fresh token and a second run record
 DELETE FROM frameq.proc WHERE id = :proc7;
-SELECT is((SELECT count(*)::int FROM frameq.reserve('t06-h1', :'tok', :epoch, 1)), 1,
+SELECT is((SELECT count(*)::int FROM frameq.reserve('t06-h1', :'tok1', :epoch1, 1)), 1,
 		  'the released frame is booked again');
 SELECT results_eq(
 	format('SELECT state, attempts, retries FROM frameq.frame WHERE id = %s', :frame7),

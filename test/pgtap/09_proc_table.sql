@@ -14,15 +14,10 @@ BEGIN;
 
 SELECT plan(44);
 
-SELECT frameq.create_allocation('t09.pool') AS alloc \gset
-SELECT frameq.create_show('t09show') AS show \gset
+SELECT * FROM fqtest.farm('t09') \gset
 SELECT frameq.create_show('t09tight') AS show_tight \gset
-SELECT frameq.set_subscription('t09show', 't09.pool', 100, 100) \g /dev/null
 SELECT frameq.set_subscription('t09tight', 't09.pool', 1, 1) \g /dev/null
 SELECT frameq.create_limit('t09.lic', 1) AS lim \gset
-SELECT frameq.register_host('t09-h1', 't09.pool', 8, 17179869184) AS tok \gset
-SELECT id AS host FROM frameq.host WHERE name = 't09-h1' \gset
-SELECT epoch FROM frameq.attach('t09-h1', :'tok', 'boot-1') \gset
 
 SELECT frameq.submit($${"show": "t09show", "name": "ops",
 	"layers": [{"name": "l", "command": "c", "range": "1-3"}]}$$) AS j_ops \gset
@@ -35,9 +30,9 @@ SELECT frameq.submit($${"show": "t09show", "name": "direct", "paused": true,
 SELECT frameq.submit($${"show": "t09tight", "name": "tight", "paused": true,
 	"layers": [{"name": "l", "command": "c", "range": "1-2"}]}$$) AS j_tight \gset
 
-SELECT is((SELECT count(*)::int FROM frameq.reserve('t09-h1', :'tok', :epoch, 100)), 5,
+SELECT is((SELECT count(*)::int FROM frameq.reserve('t09-h1', :'tok1', :epoch1, 100)), 5,
 		  'the fixture books 3 frames of ops, 1 of the capped job and 1 licensed frame');
-SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host), 300, 'the host has 3 idle cores');
+SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host1), 300, 'the host has 3 idle cores');
 
 /*
  * A direct insert of a proc for frame number N of a job, as reserve() would
@@ -47,27 +42,27 @@ SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host), 300, 'the host has
 
 -- ---------------------------------------------- direct INSERT and caps
 
-SELECT * FROM fqtest.refuses(format(:'insert_booked', :j_capped, 2, 900001, :host, :epoch, :show, :alloc, '{}', 100),
+SELECT * FROM fqtest.refuses(format(:'insert_booked', :j_capped, 2, 900001, :host1, :epoch1, :show, :alloc, '{}', 100),
 	'FQ004', 'booking proc 900001 would exceed a cap',
 	'a direct INSERT of a proc beyond the job''s max_cores is refused with FQ004');
-SELECT * FROM fqtest.refuses(format(:'insert_booked', :j_lic, 2, 900002, :host, :epoch, :show, :alloc, '{' || :lim || '}', 100),
+SELECT * FROM fqtest.refuses(format(:'insert_booked', :j_lic, 2, 900002, :host1, :epoch1, :show, :alloc, '{' || :lim || '}', 100),
 	'FQ004', 'booking proc 900002 would exceed a cap',
 	'a direct INSERT of a proc beyond a limit''s max_running is refused with FQ004');
-SELECT * FROM fqtest.refuses(format(:'insert_booked', :j_direct, 1, 900003, :host, :epoch, :show, :alloc, '{}', 400),
+SELECT * FROM fqtest.refuses(format(:'insert_booked', :j_direct, 1, 900003, :host1, :epoch1, :show, :alloc, '{}', 400),
 	'FQ005', NULL, 'a direct INSERT of a proc larger than the host''s idle cores is refused with FQ005');
 
-SELECT lives_ok(format(:'insert_booked', :j_tight, 1, 900004, :host, :epoch, :show_tight, :alloc, '{}', 100),
+SELECT lives_ok(format(:'insert_booked', :j_tight, 1, 900004, :host1, :epoch1, :show_tight, :alloc, '{}', 100),
 				'a direct INSERT of a proc within every cap succeeds');
 SELECT results_eq(
 	format($$SELECT r.frame, r.host, r.cores_cc, r.ended_at IS NULL FROM frameq.run r WHERE r.proc = 900004$$),
-	format($$SELECT id, %s, 100, true FROM frameq.frame WHERE job = %s AND number = 1$$, :host, :j_tight),
+	format($$SELECT id, %s, 100, true FROM frameq.frame WHERE job = %s AND number = 1$$, :host1, :j_tight),
 	'the directly inserted proc gets an open run record');
-SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host), 200, 'the directly inserted proc takes a core of the host');
+SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host1), 200, 'the directly inserted proc takes a core of the host');
 SELECT results_eq(
 	format($$SELECT used_cc, running FROM frameq.ledger() WHERE kind = 'subscription' AND id = %s AND id2 = %s$$,
 		   :show_tight, :alloc),
 	'VALUES (100, 1)', 'the directly inserted proc is charged to the subscription in the ledger');
-SELECT * FROM fqtest.refuses(format(:'insert_booked', :j_tight, 2, 900005, :host, :epoch, :show_tight, :alloc, '{}', 100),
+SELECT * FROM fqtest.refuses(format(:'insert_booked', :j_tight, 2, 900005, :host1, :epoch1, :show_tight, :alloc, '{}', 100),
 	'FQ004', NULL, 'a second direct INSERT beyond the subscription''s burst of 1 core is refused with FQ004');
 SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean after the direct inserts');
 
@@ -83,7 +78,7 @@ SAVEPOINT waiting_frame;
 SELECT fqtest.attempt(format(
 	$$INSERT INTO frameq.proc (id, frame, host, epoch, job, layer, show, allocation, cores_cc, memory, gpus, gpu_memory)
 	  SELECT 900006, f.id, %s, %s, f.job, f.layer, %s, %s, 100, 0, 0, 0 FROM frameq.frame f WHERE f.id = %s$$,
-	:host, :epoch, :show, :alloc, :f_direct2)) AS waiting_insert \gset
+	:host1, :epoch1, :show, :alloc, :f_direct2)) AS waiting_insert \gset
 SELECT ok((SELECT (f.state = 'running') = EXISTS (SELECT 1 FROM frameq.proc p WHERE p.frame = f.id)
 			 FROM frameq.frame f WHERE f.id = :f_direct2),
 		  format('a direct INSERT of a proc for a waiting frame leaves it running with the proc, or neither (insert: %s)',
@@ -106,7 +101,7 @@ SELECT fqtest.attempt(format(
 				  WHERE fr.id = %s RETURNING fr.id, fr.layer)
 	  INSERT INTO frameq.proc (id, frame, host, epoch, job, layer, show, allocation, cores_cc, memory, gpus, gpu_memory)
 	  SELECT 900007, f.id, %s, %s, %s, f.layer, %s, %s, 100, 0, 0, 0 FROM f$$,
-	:f_capped3, :host, :epoch, :j_ops, :show, :alloc)) AS wrong_keys_insert \gset
+	:f_capped3, :host1, :epoch1, :j_ops, :show, :alloc)) AS wrong_keys_insert \gset
 SELECT cmp_ok((SELECT count(*)::int FROM frameq.proc p JOIN frameq.frame f ON f.id = p.frame WHERE f.job = :j_capped),
 			  '<=', 1,
 			  format('a job with max_cores 1 never holds two procs, whatever job a direct INSERT names (insert: %s)',
@@ -120,7 +115,7 @@ SELECT proc AS p_ops1, frame AS f_ops1 FROM frameq.frames WHERE job = :j_ops AND
 SELECT proc AS p_ops2, frame AS f_ops2 FROM frameq.frames WHERE job = :j_ops AND frame_number = 2 \gset
 SELECT proc AS p_ops3, frame AS f_ops3 FROM frameq.frames WHERE job = :j_ops AND frame_number = 3 \gset
 SELECT id AS p_capped FROM frameq.proc WHERE job = :j_capped \gset
-SELECT idle_cc AS idle_before FROM frameq.host WHERE id = :host \gset
+SELECT idle_cc AS idle_before FROM frameq.host WHERE id = :host1 \gset
 
 DELETE FROM frameq.proc WHERE id = :p_ops1;
 SELECT is((SELECT count(*)::int FROM frameq.proc WHERE id = :p_ops1), 0, 'a bare DELETE removes the proc');
@@ -131,9 +126,9 @@ SELECT results_eq(
 	format('SELECT ended_at IS NOT NULL, reason, end_state, exit_status IS NULL FROM frameq.run WHERE proc = %s', :p_ops1),
 	$$VALUES (true, 'operator', 'waiting', true)$$,
 	'a bare DELETE closes the run record with reason operator and no exit status');
-SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host), :idle_before + 100,
+SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host1), :idle_before + 100,
 		  'a bare DELETE gives the proc''s core back to the host');
-SELECT is((SELECT frame FROM frameq.reserve('t09-h1', :'tok', :epoch, 1)), :f_ops1::bigint,
+SELECT is((SELECT frame FROM frameq.reserve('t09-h1', :'tok1', :epoch1, 1)), :f_ops1::bigint,
 		  'the released frame can be booked again');
 
 UPDATE frameq.proc SET state = 'killing', kill_reason = 't09 eat', kill_at = clock_timestamp(), want_state = 'eaten'

@@ -11,12 +11,7 @@ BEGIN;
 
 SELECT plan(23);
 
-SELECT frameq.create_allocation('t10.pool') AS alloc \gset
-SELECT frameq.create_show('t10show') AS show \gset
-SELECT frameq.set_subscription('t10show', 't10.pool', 100, 100) \g /dev/null
-SELECT frameq.register_host('t10-h1', 't10.pool', 8, 17179869184) AS tok \gset
-SELECT id AS host FROM frameq.host WHERE name = 't10-h1' \gset
-SELECT epoch FROM frameq.attach('t10-h1', :'tok', 'boot-1') \gset
+SELECT * FROM fqtest.farm('t10') \gset
 SELECT frameq.submit($${"show": "t10show", "name": "stranded", "max_cores": 6,
 	"layers": [{"name": "l", "command": "c", "range": "1-3"}]}$$) AS job \gset
 
@@ -40,7 +35,7 @@ SELECT fqtest.state() AS before \gset
 -- ----------------------------------- the run record cannot be written
 
 CREATE TRIGGER t10_refuse BEFORE INSERT ON frameq.run FOR EACH ROW EXECUTE FUNCTION pg_temp.refuse();
-SELECT throws_ok(format('SELECT * FROM frameq.reserve(%L, %L, %s)', 't10-h1', :'tok', :epoch),
+SELECT throws_ok(format('SELECT * FROM frameq.reserve(%L, %L, %s)', 't10-h1', :'tok1', :epoch1),
 				 'TQ001', 'refused by the test on run',
 				 'reserve fails when the run record cannot be written');
 SELECT results_eq(
@@ -52,7 +47,7 @@ SELECT is((SELECT count(*)::int FROM frameq.run WHERE job = :job), 0, 'no run re
 SELECT is_empty(format($$SELECT * FROM frameq.ledger() WHERE (kind = 'job' AND id = %s)
 						 OR (kind = 'subscription' AND id = %s)$$, :job, :show),
 				'the ledger holds nothing for the job or its subscription');
-SELECT results_eq(format('SELECT idle_cc, idle_memory FROM frameq.host WHERE id = %s', :host),
+SELECT results_eq(format('SELECT idle_cc, idle_memory FROM frameq.host WHERE id = %s', :host1),
 				  $$VALUES (800, 17179869184::bigint)$$, 'the host''s idle capacity is unchanged');
 SELECT is(fqtest.state(), :'before', 'nothing at all changed');
 DROP TRIGGER t10_refuse ON frameq.run;
@@ -60,7 +55,7 @@ DROP TRIGGER t10_refuse ON frameq.run;
 -- ------------------- the second booking fails after the first succeeded
 
 CREATE TRIGGER t10_refuse_second BEFORE INSERT ON frameq.run FOR EACH ROW EXECUTE FUNCTION pg_temp.refuse_second();
-SELECT throws_ok(format('SELECT * FROM frameq.reserve(%L, %L, %s)', 't10-h1', :'tok', :epoch),
+SELECT throws_ok(format('SELECT * FROM frameq.reserve(%L, %L, %s)', 't10-h1', :'tok1', :epoch1),
 				 'TQ001', 'refused by the test on frame 2',
 				 'reserve fails when the second booking''s run record cannot be written');
 SELECT is((SELECT count(*)::int FROM frameq.proc WHERE job = :job), 0,
@@ -72,7 +67,7 @@ DROP TRIGGER t10_refuse_second ON frameq.run;
 -- ------------------------------------- the host cannot be updated
 
 CREATE TRIGGER t10_refuse BEFORE UPDATE ON frameq.host FOR EACH ROW EXECUTE FUNCTION pg_temp.refuse();
-SELECT throws_ok(format('SELECT * FROM frameq.reserve(%L, %L, %s)', 't10-h1', :'tok', :epoch),
+SELECT throws_ok(format('SELECT * FROM frameq.reserve(%L, %L, %s)', 't10-h1', :'tok1', :epoch1),
 				 'TQ001', 'refused by the test on host',
 				 'reserve fails when the host''s capacity cannot be taken');
 SELECT is(fqtest.state(), :'before', 'nothing at all changed after the failed capacity update');
@@ -81,7 +76,7 @@ DROP TRIGGER t10_refuse ON frameq.host;
 -- ------------------------------------- the proc cannot be inserted
 
 CREATE TRIGGER t10_refuse BEFORE INSERT ON frameq.proc FOR EACH ROW EXECUTE FUNCTION pg_temp.refuse();
-SELECT throws_ok(format('SELECT * FROM frameq.reserve(%L, %L, %s)', 't10-h1', :'tok', :epoch),
+SELECT throws_ok(format('SELECT * FROM frameq.reserve(%L, %L, %s)', 't10-h1', :'tok1', :epoch1),
 				 'TQ001', 'refused by the test on proc',
 				 'reserve fails when the proc cannot be inserted');
 SELECT is(fqtest.state(), :'before', 'nothing at all changed after the failed proc insert');
@@ -90,7 +85,7 @@ DROP TRIGGER t10_refuse ON frameq.proc;
 -- ------------------------- the frame cannot be moved to running
 
 CREATE TRIGGER t10_refuse BEFORE UPDATE ON frameq.frame FOR EACH ROW EXECUTE FUNCTION pg_temp.refuse();
-SELECT throws_ok(format('SELECT * FROM frameq.reserve(%L, %L, %s)', 't10-h1', :'tok', :epoch),
+SELECT throws_ok(format('SELECT * FROM frameq.reserve(%L, %L, %s)', 't10-h1', :'tok1', :epoch1),
 				 'TQ001', 'refused by the test on frame',
 				 'reserve fails when the frame cannot be moved to running (after its ledger charge)');
 SELECT is(fqtest.state(), :'before', 'nothing at all changed after the failed frame update');
@@ -98,7 +93,7 @@ DROP TRIGGER t10_refuse ON frameq.frame;
 
 -- --------------------------------------- and then everything works
 
-SELECT is((SELECT count(*)::int FROM frameq.reserve('t10-h1', :'tok', :epoch)), 3,
+SELECT is((SELECT count(*)::int FROM frameq.reserve('t10-h1', :'tok1', :epoch1)), 3,
 		  'with the fault gone, reserve books all three frames');
 SELECT results_eq(
 	format($$SELECT count(*) FILTER (WHERE state = 'running')::int, sum(attempts)::int FROM frameq.frame WHERE job = %s$$, :job),
@@ -106,7 +101,7 @@ SELECT results_eq(
 SELECT results_eq(
 	format($$SELECT used_cc, running FROM frameq.ledger() WHERE kind = 'job' AND id = %s$$, :job),
 	'VALUES (300, 3)', 'the ledger charges the job exactly the three procs: the failed reserves left nothing behind');
-SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host), 500, 'the host has exactly 5 idle cores');
+SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host1), 500, 'the host has exactly 5 idle cores');
 SELECT is((SELECT count(*)::int FROM frameq.run WHERE job = :job), 3, 'there are exactly three run records');
 SELECT is_empty('SELECT * FROM frameq.check()', 'check() finds nothing wrong');
 

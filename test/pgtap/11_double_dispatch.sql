@@ -11,22 +11,14 @@ BEGIN;
 
 SELECT plan(15);
 
-SELECT frameq.create_allocation('t11.pool') \g /dev/null
-SELECT frameq.create_show('t11show') \g /dev/null
-SELECT frameq.set_subscription('t11show', 't11.pool', 100, 100) \g /dev/null
-SELECT frameq.register_host('t11-h1', 't11.pool', 4, 17179869184) AS tok1 \gset
-SELECT frameq.register_host('t11-h2', 't11.pool', 4, 17179869184) AS tok2 \gset
-SELECT frameq.register_host('t11-h3', 't11.pool', 8, 17179869184) AS tok3 \gset
-SELECT epoch AS e1 FROM frameq.attach('t11-h1', :'tok1', 'b') \gset
-SELECT epoch AS e2 FROM frameq.attach('t11-h2', :'tok2', 'b') \gset
-SELECT epoch AS e3 FROM frameq.attach('t11-h3', :'tok3', 'b') \gset
+SELECT * FROM fqtest.farm('t11', cores => '{4,4,8}') \gset
 SELECT frameq.submit($${"show": "t11show", "name": "dd",
 	"layers": [{"name": "a", "command": "c", "range": "1-6"}, {"name": "b", "command": "c", "range": "1-4"}]}$$) AS job \gset
 
 CREATE TEMP TABLE booked (host text, proc bigint, frame bigint) ON COMMIT DROP;
-INSERT INTO booked SELECT 't11-h1', proc, frame FROM frameq.reserve('t11-h1', :'tok1', :e1);
-INSERT INTO booked SELECT 't11-h2', proc, frame FROM frameq.reserve('t11-h2', :'tok2', :e2);
-INSERT INTO booked SELECT 't11-h3', proc, frame FROM frameq.reserve('t11-h3', :'tok3', :e3);
+INSERT INTO booked SELECT 't11-h1', proc, frame FROM frameq.reserve('t11-h1', :'tok1', :epoch1);
+INSERT INTO booked SELECT 't11-h2', proc, frame FROM frameq.reserve('t11-h2', :'tok2', :epoch2);
+INSERT INTO booked SELECT 't11-h3', proc, frame FROM frameq.reserve('t11-h3', :'tok3', :epoch3);
 
 SELECT results_eq($$SELECT host, count(*)::int FROM booked GROUP BY host ORDER BY host$$,
 				  $$VALUES ('t11-h1', 4), ('t11-h2', 4), ('t11-h3', 2)$$,
@@ -34,9 +26,9 @@ SELECT results_eq($$SELECT host, count(*)::int FROM booked GROUP BY host ORDER B
 SELECT is((SELECT count(DISTINCT frame)::int FROM booked), 10, 'the 10 bookings name 10 different frames');
 SELECT is_empty($$SELECT frame FROM booked WHERE host = 't11-h1' INTERSECT SELECT frame FROM booked WHERE host = 't11-h2'$$,
 				'no frame is booked on both the first and the second host');
-SELECT is((SELECT count(*)::int FROM frameq.reserve('t11-h3', :'tok3', :e3)), 0,
+SELECT is((SELECT count(*)::int FROM frameq.reserve('t11-h3', :'tok3', :epoch3)), 0,
 		  'with every frame booked, a host with 6 idle cores books nothing more');
-SELECT is((SELECT count(*)::int FROM frameq.reserve('t11-h1', :'tok1', :e1, 5)), 0,
+SELECT is((SELECT count(*)::int FROM frameq.reserve('t11-h1', :'tok1', :epoch1, 5)), 0,
 		  'a host asking again books nothing more');
 SELECT is_empty(format($$SELECT f.id FROM frameq.frame f WHERE f.job = %s AND f.state = 'running'
 						 AND (SELECT count(*) FROM frameq.proc p WHERE p.frame = f.id) <> 1$$, :job),
@@ -54,9 +46,9 @@ SELECT is_empty('SELECT * FROM frameq.check()', 'check() finds nothing wrong aft
 -- release one frame and book it again: still one proc, one open run
 SELECT proc AS p_first, frame AS f_first FROM booked WHERE host = 't11-h1' ORDER BY frame LIMIT 1 \gset
 DELETE FROM frameq.proc WHERE id = :p_first;
-SELECT is((SELECT array_agg(frame) FROM frameq.reserve('t11-h2', :'tok2', :e2)), NULL::bigint[],
+SELECT is((SELECT array_agg(frame) FROM frameq.reserve('t11-h2', :'tok2', :epoch2)), NULL::bigint[],
 		  'the second host, full, books nothing even though a frame is waiting again');
-SELECT is((SELECT array_agg(frame) FROM frameq.reserve('t11-h3', :'tok3', :e3)), ARRAY[:f_first]::bigint[],
+SELECT is((SELECT array_agg(frame) FROM frameq.reserve('t11-h3', :'tok3', :epoch3)), ARRAY[:f_first]::bigint[],
 		  'the third host books the released frame, and only it');
 SELECT is((SELECT count(*)::int FROM frameq.proc WHERE frame = :f_first), 1, 'the rebooked frame has exactly one proc');
 SELECT results_eq(format('SELECT count(*)::int, count(*) FILTER (WHERE ended_at IS NULL)::int FROM frameq.run WHERE frame = %s', :f_first),

@@ -11,13 +11,8 @@ BEGIN;
 
 SELECT plan(19);
 
-SELECT frameq.create_allocation('t12.pool') AS alloc \gset
-SELECT frameq.create_show('t12show') AS show \gset
-SELECT frameq.set_subscription('t12show', 't12.pool', 100, 100) \g /dev/null
+SELECT * FROM fqtest.farm('t12', gpus => 2) \gset
 SELECT frameq.create_limit('t12.lic', 10) AS lim \gset
-SELECT frameq.register_host('t12-h1', 't12.pool', 8, 17179869184, 2, 0) AS tok \gset
-SELECT id AS host FROM frameq.host WHERE name = 't12-h1' \gset
-SELECT epoch FROM frameq.attach('t12-h1', :'tok', 'boot-1') \gset
 SELECT frameq.create_folder('t12show', 'f', 100) AS folder \gset
 SELECT frameq.submit($${"show": "t12show", "folder": "f", "name": "sp", "max_cores": 100,
 	"layers": [{"name": "l", "command": "c", "range": "1-8", "gpus": 0, "limits": ["t12.lic"]}]}$$) AS job \gset
@@ -31,7 +26,7 @@ SELECT is((:my_ledger), 'empty', 'the ledger starts with nothing for this file''
 -- ------------------------------------------ a booking rolled back
 
 SAVEPOINT booking;
-SELECT is((SELECT count(*)::int FROM frameq.reserve('t12-h1', :'tok', :epoch, 2)), 2, 'two frames are booked in a savepoint');
+SELECT is((SELECT count(*)::int FROM frameq.reserve('t12-h1', :'tok1', :epoch1, 2)), 2, 'two frames are booked in a savepoint');
 SELECT is((:my_ledger),
 		  'folder ' || :folder || '/0 200 cc 0 gpus 2 running; job ' || :job || '/0 200 cc 0 gpus 2 running; '
 		  'limit ' || :lim || '/0 200 cc 0 gpus 2 running; subscription ' || :show || '/' || :alloc || ' 200 cc 0 gpus 2 running',
@@ -43,14 +38,14 @@ SELECT is(fqtest.state(), :'before', 'rolling back to the savepoint leaves every
 -- ------------------------------- nested savepoints, inner rolled back
 
 SAVEPOINT outer_sp;
-SELECT is((SELECT count(*)::int FROM frameq.reserve('t12-h1', :'tok', :epoch, 1)), 1, 'one frame is booked in an outer savepoint');
+SELECT is((SELECT count(*)::int FROM frameq.reserve('t12-h1', :'tok1', :epoch1, 1)), 1, 'one frame is booked in an outer savepoint');
 SAVEPOINT inner_sp;
-SELECT is((SELECT count(*)::int FROM frameq.reserve('t12-h1', :'tok', :epoch, 3)), 3, 'three more in an inner savepoint');
+SELECT is((SELECT count(*)::int FROM frameq.reserve('t12-h1', :'tok1', :epoch1, 3)), 3, 'three more in an inner savepoint');
 SELECT is((SELECT used_cc FROM frameq.ledger() WHERE kind = 'job' AND id = :job), 400, 'the ledger charges the job 400');
 ROLLBACK TO SAVEPOINT inner_sp;
 SELECT results_eq(format($$SELECT used_cc, running FROM frameq.ledger() WHERE kind = 'job' AND id = %s$$, :job),
 				  'VALUES (100, 1)', 'rolling back the inner savepoint undoes only its three charges');
-SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host), 700, 'and only its three cores of the host');
+SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host1), 700, 'and only its three cores of the host');
 RELEASE SAVEPOINT outer_sp;
 SELECT results_eq(format($$SELECT used_cc, running FROM frameq.ledger() WHERE kind = 'job' AND id = %s$$, :job),
 				  'VALUES (100, 1)', 'releasing the outer savepoint keeps its charge');
@@ -61,7 +56,7 @@ SELECT id AS p1 FROM frameq.proc WHERE job = :job \gset
 SELECT fqtest.state() AS before_release \gset
 SAVEPOINT release_sp;
 DELETE FROM frameq.proc WHERE id = :p1;
-SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host), 800, 'a release in a savepoint gives the host its core back');
+SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host1), 800, 'a release in a savepoint gives the host its core back');
 SELECT results_eq(format($$SELECT used_cc, running FROM frameq.ledger() WHERE kind = 'job' AND id = %s$$, :job),
 				  'VALUES (100, 1)', 'the ledger keeps the released proc''s charge until commit');
 ROLLBACK TO SAVEPOINT release_sp;
@@ -70,7 +65,7 @@ SELECT ok(frameq.owns(:p1, frameq._run_secret(:p1)), 'the proc is live again');
 SELECT is_empty('SELECT * FROM frameq.check()', 'check() finds nothing wrong after the rolled-back release');
 
 -- and a booking after all of that is charged exactly once
-SELECT is((SELECT count(*)::int FROM frameq.reserve('t12-h1', :'tok', :epoch, 2)), 2, 'two more frames book');
+SELECT is((SELECT count(*)::int FROM frameq.reserve('t12-h1', :'tok1', :epoch1, 2)), 2, 'two more frames book');
 SELECT results_eq(format($$SELECT used_cc, running FROM frameq.ledger() WHERE kind = 'job' AND id = %s$$, :job),
 				  'VALUES (300, 3)', 'the ledger charges the job exactly its three live procs');
 SELECT is_empty('SELECT * FROM frameq.check()', 'check() finds nothing wrong at the end');

@@ -10,19 +10,14 @@ BEGIN;
 
 SELECT plan(21);
 
-SELECT frameq.create_allocation('t14.pool') AS alloc \gset
-SELECT frameq.create_show('t14show') AS show \gset
-SELECT frameq.set_subscription('t14show', 't14.pool', 100, 100) \g /dev/null
+SELECT * FROM fqtest.farm('t14') \gset
 SELECT frameq.create_folder('t14show', 'f') AS folder \gset
 SELECT frameq.create_limit('t14.lic', 10) AS lim \gset
-SELECT frameq.register_host('t14-h1', 't14.pool', 8, 17179869184) AS tok \gset
-SELECT id AS host FROM frameq.host WHERE name = 't14-h1' \gset
-SELECT epoch FROM frameq.attach('t14-h1', :'tok', 'boot-1') \gset
 SELECT frameq.submit($${"show": "t14show", "folder": "f", "name": "chk",
 	"layers": [{"name": "l", "command": "c", "range": "1-4", "limits": ["t14.lic"]}]}$$) AS job \gset
 
 SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean on a farm with nothing running');
-SELECT is((SELECT count(*)::int FROM frameq.reserve('t14-h1', :'tok', :epoch, 3)), 3, 'three of the four frames are booked');
+SELECT is((SELECT count(*)::int FROM frameq.reserve('t14-h1', :'tok1', :epoch1, 3)), 3, 'three of the four frames are booked');
 SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean on a healthy farm with work running');
 
 SELECT id AS f_waiting FROM frameq.frame WHERE job = :job AND state = 'waiting' \gset
@@ -30,7 +25,7 @@ SELECT p.id AS p1, p.frame AS f1 FROM frameq.proc p WHERE p.job = :job ORDER BY 
 
 -- host capacity that does not match its procs
 SAVEPOINT corrupt;
-UPDATE frameq.host SET idle_cc = idle_cc - 100 WHERE id = :host;
+UPDATE frameq.host SET idle_cc = idle_cc - 100 WHERE id = :host1;
 SELECT results_eq($$SELECT invariant FROM frameq.check()$$, $$VALUES ('accounting is exact')$$,
 				  'a host whose idle cores disagree with its procs breaks "accounting is exact"');
 SELECT alike((SELECT detail FROM frameq.check()), 'host t14-h1:%', 'the row names the host');
@@ -60,7 +55,7 @@ ROLLBACK TO SAVEPOINT corrupt;
 
 -- an open run record without a proc
 INSERT INTO frameq.run (proc, frame, job, host, epoch, cores_cc, memory, gpus, started_at)
-VALUES (777, :f_waiting, :job, :host, :epoch, 100, 0, 0, clock_timestamp());
+VALUES (777, :f_waiting, :job, :host1, :epoch1, 100, 0, 0, clock_timestamp());
 SELECT results_eq($$SELECT invariant, detail FROM frameq.check()$$,
 				  $$VALUES ('every attempt is visible', 'run 777 is open but its proc is gone')$$,
 				  'an open run record without a proc breaks "every attempt is visible"');
@@ -101,7 +96,7 @@ ROLLBACK TO SAVEPOINT corrupt;
 -- a proc inserted with frameq's triggers switched off
 SET LOCAL session_replication_role = replica;
 INSERT INTO frameq.proc (id, frame, host, epoch, job, layer, show, folder, allocation, limits, cores_cc, memory, gpus, gpu_memory)
-SELECT 888, f.id, :host, :epoch, f.job, f.layer, :show, :folder, :alloc, ARRAY[:lim], 100, 0, 0, 0
+SELECT 888, f.id, :host1, :epoch1, f.job, f.layer, :show, :folder, :alloc, ARRAY[:lim], 100, 0, 0, 0
   FROM frameq.frame f WHERE f.id = :f_waiting;
 UPDATE frameq.frame SET state = 'running' WHERE id = :f_waiting;
 SET LOCAL session_replication_role = origin;
@@ -127,7 +122,7 @@ SELECT results_eq(
 SELECT results_eq(
 	format($$SELECT kind, used_cores, running FROM frameq.usage
 			  WHERE (kind, id) IN (('subscription', %s), ('folder', %s), ('job', %s), ('limit', %s), ('host', %s))
-			  ORDER BY kind$$, :show, :folder, :job, :lim, :host),
+			  ORDER BY kind$$, :show, :folder, :job, :lim, :host1),
 	$$VALUES ('folder', 3.00::numeric(12,2), 3), ('host', 3.00, 3), ('job', 3.00, 3), ('limit', 3.00, 3), ('subscription', 3.00, 3)$$,
 	'usage reports 3 cores and 3 procs for each capped entity and the host');
 

@@ -15,20 +15,9 @@ BEGIN;
 
 SELECT plan(39);
 
-SELECT frameq.create_allocation('t20.pool') AS alloc \gset
-SELECT frameq.create_show('t20show') AS show \gset
-SELECT frameq.set_subscription('t20show', 't20.pool', 100, 100) \g /dev/null
+SELECT * FROM fqtest.farm('t20', cores => '{8,4,4}') \gset
 SELECT frameq.create_folder('t20show', 't20f', 50, 4) AS folder \gset
 SELECT frameq.create_limit('t20.lic', 10) AS lim \gset
-SELECT frameq.register_host('t20-h1', 't20.pool', 8, 17179869184) AS tok1 \gset
-SELECT frameq.register_host('t20-h2', 't20.pool', 4, 17179869184) AS tok2 \gset
-SELECT frameq.register_host('t20-h3', 't20.pool', 4, 17179869184) AS tok3 \gset
-SELECT id AS h1 FROM frameq.host WHERE name = 't20-h1' \gset
-SELECT id AS h2 FROM frameq.host WHERE name = 't20-h2' \gset
-SELECT id AS h3 FROM frameq.host WHERE name = 't20-h3' \gset
-SELECT epoch AS e1 FROM frameq.attach('t20-h1', :'tok1', 'boot-1') \gset
-SELECT epoch AS e2 FROM frameq.attach('t20-h2', :'tok2', 'boot-1') \gset
-SELECT epoch AS e3 FROM frameq.attach('t20-h3', :'tok3', 'boot-1') \gset
 
 /*
  * Job a (4 frames) and job k (3 frames, one left waiting) run on h1, in
@@ -38,16 +27,16 @@ SELECT epoch AS e3 FROM frameq.attach('t20-h3', :'tok3', 'boot-1') \gset
  */
 SELECT frameq.submit($${"show": "t20show", "folder": "t20f", "name": "t20-a", "max_cores": 6,
 	"layers": [{"name": "l", "command": "c", "range": "1-4", "memory": "1GB", "limits": ["t20.lic"]}]}$$) AS ja \gset
-CREATE TEMP TABLE b ON COMMIT DROP AS SELECT * FROM frameq.reserve('t20-h1', :'tok1', :e1, 4);
+CREATE TEMP TABLE b ON COMMIT DROP AS SELECT * FROM frameq.reserve('t20-h1', :'tok1', :epoch1, 4);
 SELECT frameq.submit($${"show": "t20show", "name": "t20-d",
 	"layers": [{"name": "l", "command": "c", "range": "1-2", "memory": "1GB"}]}$$) AS jd \gset
-INSERT INTO b SELECT * FROM frameq.reserve('t20-h2', :'tok2', :e2);
+INSERT INTO b SELECT * FROM frameq.reserve('t20-h2', :'tok2', :epoch2);
 SELECT frameq.submit($${"show": "t20show", "name": "t20-r",
 	"layers": [{"name": "l", "command": "c", "range": "1", "memory": "1GB"}]}$$) AS jr \gset
-INSERT INTO b SELECT * FROM frameq.reserve('t20-h3', :'tok3', :e3);
+INSERT INTO b SELECT * FROM frameq.reserve('t20-h3', :'tok3', :epoch3);
 SELECT frameq.submit($${"show": "t20show", "folder": "t20f", "name": "t20-k",
 	"layers": [{"name": "l", "command": "c", "range": "1-3", "memory": "1GB", "limits": ["t20.lic"]}]}$$) AS jk \gset
-INSERT INTO b SELECT * FROM frameq.reserve('t20-h1', :'tok1', :e1, 2);
+INSERT INTO b SELECT * FROM frameq.reserve('t20-h1', :'tok1', :epoch1, 2);
 
 SELECT proc AS pa1, frame AS fa1 FROM b WHERE job = :ja AND frame_number = 1 \gset
 SELECT proc AS pa2, frame AS fa2 FROM b WHERE job = :ja AND frame_number = 2 \gset
@@ -124,7 +113,7 @@ SELECT results_eq(
 		   :fa1, :pa1, :fa2, :pa2, :fa3, :pa3, :fa4, :pa4, :fd1, :pd1, :fd2, :pd2, :fr1, :pr1,
 		   :fk1, :pk1, :fk2, :pk2, :fk3),
 	'every running frame keeps its proc and stays running; each proc is a kill order with its reason and wanted end state');
-SELECT is((SELECT count(*)::int FROM frameq.proc WHERE state = 'killing' AND host IN (:h1, :h2, :h3)
+SELECT is((SELECT count(*)::int FROM frameq.proc WHERE state = 'killing' AND host IN (:host1, :host2, :host3)
 			  AND kill_at BETWEEN :'t_orders' AND :'t_after' AND kill_sent_at IS NULL), 8,
 		  'the eight kill orders carry the time they were given, and none has been sent yet');
 SELECT results_eq(format($$SELECT proc_state, count(*)::int FROM frameq.frames WHERE job IN (%s, %s, %s, %s) AND proc IS NOT NULL GROUP BY proc_state ORDER BY 1$$,
@@ -165,8 +154,8 @@ SELECT is((SELECT count(*)::int FROM frameq.run WHERE frame = :fk3), 0, 'the wai
 SELECT results_eq($$SELECT state, down_reason FROM frameq.host WHERE name IN ('t20-h2', 't20-h3') ORDER BY name$$,
 				  $$VALUES ('down', 'operator'), ('repair', 'operator')$$,
 				  'the operator''s down and repair are recorded as such');
-SELECT results_eq(format($$SELECT epoch, lease_expires_at > clock_timestamp() FROM frameq.host WHERE id IN (%s, %s) ORDER BY id$$, :h2, :h3),
-				  format($$VALUES (%s::bigint, true), (%s::bigint, true)$$, :e2, :e3),
+SELECT results_eq(format($$SELECT epoch, lease_expires_at > clock_timestamp() FROM frameq.host WHERE id IN (%s, %s) ORDER BY id$$, :host2, :host3),
+				  format($$VALUES (%s::bigint, true), (%s::bigint, true)$$, :epoch2, :epoch3),
 				  'taking a host down keeps its epoch and its lease, so its agent still hears the kill orders');
 SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean with eight kill orders outstanding');
 
@@ -190,7 +179,7 @@ SELECT results_eq(format($$SELECT id, want_state, kill_reason FROM frameq.proc W
 				  'taking h1 down orders its last running proc killed, and leaves the wanted state of earlier orders alone');
 SELECT frameq.set_host_state('t20-h1', 'up') \g /dev/null
 SELECT results_eq(format($$SELECT h.state, h.down_reason, (SELECT count(*)::int FROM frameq.proc p WHERE p.host = h.id AND p.state = 'killing')
-						   FROM frameq.host h WHERE h.id = %s$$, :h1),
+						   FROM frameq.host h WHERE h.id = %s$$, :host1),
 				  $$VALUES ('up', NULL, 6)$$,
 				  'bringing h1 back up withdraws none of its six kill orders');
 
@@ -199,7 +188,7 @@ SELECT * FROM fqtest.refuses(format($$UPDATE frameq.proc SET state = 'running', 
 SELECT * FROM fqtest.refuses(format($$UPDATE frameq.proc SET want_state = NULL WHERE id = %s$$, :pa4),
 	'23514', NULL, 'a kill order must keep its wanted end state (23514)');
 
-SELECT is((SELECT count(*)::int FROM frameq.reserve('t20-h1', :'tok1', :e1)), 0,
+SELECT is((SELECT count(*)::int FROM frameq.reserve('t20-h1', :'tok1', :epoch1)), 0,
 		  'h1 has two idle cores but books nothing: nothing of the killed job is left waiting');
 SELECT is((SELECT usage FROM t20_usage), :'usage_before', 'after all of this, usage is exactly what it was before the first kill order');
 SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean at the end');

@@ -21,29 +21,15 @@ BEGIN;
 
 SELECT plan(39);
 
-SELECT frameq.create_allocation('t21.pool') AS alloc \gset
-SELECT frameq.create_show('t21show') AS show \gset
-SELECT frameq.set_subscription('t21show', 't21.pool', 100, 100) \g /dev/null
-SELECT frameq.register_host('t21-h1', 't21.pool', 4, 8589934592) AS tok1 \gset
-SELECT frameq.register_host('t21-h2', 't21.pool', 4, 8589934592) AS tok2 \gset
-SELECT frameq.register_host('t21-h3', 't21.pool', 4, 8589934592) AS tok3 \gset
-SELECT frameq.register_host('t21-h4', 't21.pool', 4, 8589934592) AS tok4 \gset
-SELECT id AS h1 FROM frameq.host WHERE name = 't21-h1' \gset
-SELECT id AS h2 FROM frameq.host WHERE name = 't21-h2' \gset
-SELECT id AS h3 FROM frameq.host WHERE name = 't21-h3' \gset
-SELECT id AS h4 FROM frameq.host WHERE name = 't21-h4' \gset
-SELECT epoch AS e1 FROM frameq.attach('t21-h1', :'tok1', 'boot-1') \gset
-SELECT epoch AS e2 FROM frameq.attach('t21-h2', :'tok2', 'boot-1') \gset
-SELECT epoch AS e3 FROM frameq.attach('t21-h3', :'tok3', 'boot-1') \gset
-SELECT epoch AS e4 FROM frameq.attach('t21-h4', :'tok4', 'boot-1') \gset
+SELECT * FROM fqtest.farm('t21', cores => '{4,4,4,4}', memory => '{8589934592}') \gset
 
 /* max_retries 0: a release that wrongly counted a failure would end the frame dead */
 SELECT frameq.submit($${"show": "t21show", "name": "t21-rel", "max_retries": 0,
 	"layers": [{"name": "l", "command": "c", "range": "1-12"}]}$$) AS job \gset
-CREATE TEMP TABLE b ON COMMIT DROP AS SELECT *, 't21-h1'::text AS host FROM frameq.reserve('t21-h1', :'tok1', :e1, 3);
-INSERT INTO b SELECT *, 't21-h2' FROM frameq.reserve('t21-h2', :'tok2', :e2, 3);
-INSERT INTO b SELECT *, 't21-h3' FROM frameq.reserve('t21-h3', :'tok3', :e3, 2);
-INSERT INTO b SELECT *, 't21-h4' FROM frameq.reserve('t21-h4', :'tok4', :e4, 2);
+CREATE TEMP TABLE b ON COMMIT DROP AS SELECT *, 't21-h1'::text AS host FROM frameq.reserve('t21-h1', :'tok1', :epoch1, 3);
+INSERT INTO b SELECT *, 't21-h2' FROM frameq.reserve('t21-h2', :'tok2', :epoch2, 3);
+INSERT INTO b SELECT *, 't21-h3' FROM frameq.reserve('t21-h3', :'tok3', :epoch3, 2);
+INSERT INTO b SELECT *, 't21-h4' FROM frameq.reserve('t21-h4', :'tok4', :epoch4, 2);
 SELECT is((SELECT string_agg(host || ':' || frame_number, ' ' ORDER BY frame_number) FROM b),
 		  't21-h1:1 t21-h1:2 t21-h1:3 t21-h2:4 t21-h2:5 t21-h2:6 t21-h3:7 t21-h3:8 t21-h4:9 t21-h4:10',
 		  'the fixture runs frames 1-3 on h1, 4-6 on h2, 7-8 on h3, 9-10 on h4');
@@ -75,12 +61,12 @@ SELECT frameq.retry_frame(:fb2) \g /dev/null
 SELECT frameq.eat_frame(:fb3) \g /dev/null
 SELECT frameq.kill_frame(:fc1, 'bad render') \g /dev/null
 SELECT frameq.eat_frame(:fd1) \g /dev/null
-SELECT is((SELECT count(*)::int FROM frameq.proc WHERE host IN (:h1, :h2, :h3, :h4) AND state = 'killing'), 8,
+SELECT is((SELECT count(*)::int FROM frameq.proc WHERE host IN (:host1, :host2, :host3, :host4) AND state = 'killing'), 8,
 		  'eight kill orders are outstanding; frames 8 and 10 run normally');
 
 -- ------------------------------------------------- a heartbeat that still lists them
 
-SELECT is((SELECT kill FROM frameq.heartbeat('t21-h1', :'tok1', :e1, ARRAY[:pa1, :pa2, :pa3]::bigint[])),
+SELECT is((SELECT kill FROM frameq.heartbeat('t21-h1', :'tok1', :epoch1, ARRAY[:pa1, :pa2, :pa3]::bigint[])),
 		  (SELECT array_agg(x ORDER BY x) FROM unnest(ARRAY[:pa1, :pa2, :pa3]::bigint[]) x),
 		  'a heartbeat still listing its three kill orders gets all three back to kill');
 SELECT results_eq(format($$SELECT state, proc_state FROM t21_frame WHERE frame IN (%s, %s, %s)$$, :fa1, :fa2, :fa3),
@@ -89,7 +75,7 @@ SELECT results_eq(format($$SELECT state, proc_state FROM t21_frame WHERE frame I
 
 -- ------------------------------------------------- heartbeat confirms: 'killed'
 
-SELECT is((SELECT kill FROM frameq.heartbeat('t21-h1', :'tok1', :e1, ARRAY[:pa1]::bigint[])), ARRAY[:pa1]::bigint[],
+SELECT is((SELECT kill FROM frameq.heartbeat('t21-h1', :'tok1', :epoch1, ARRAY[:pa1]::bigint[])), ARRAY[:pa1]::bigint[],
 		  'a heartbeat listing only the first kill order gets only it back to kill');
 SELECT results_eq(format($$SELECT frame, state, retries, attempts, proc_state, reason, end_state, exit_status, kill_reason, run_host
 						   FROM t21_frame WHERE frame IN (%s, %s, %s) ORDER BY frame$$, :fa1, :fa2, :fa3),
@@ -98,23 +84,23 @@ SELECT results_eq(format($$SELECT frame, state, retries, attempts, proc_state, r
 								  (%s, 'eaten', 0, 1, NULL, 'killed', 'eaten', NULL, 'eaten by operator', 't21-h1')$$,
 						 :fa1, :fa2, :fa3),
 				  'the two it no longer lists are released as killed into their wanted states, waiting and eaten, without a retry');
-SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :h1), 300, 'h1 has the cores of the two released procs back');
-SELECT is((SELECT kill FROM frameq.heartbeat('t21-h1', :'tok1', :e1, '{}')), '{}'::bigint[],
+SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host1), 300, 'h1 has the cores of the two released procs back');
+SELECT is((SELECT kill FROM frameq.heartbeat('t21-h1', :'tok1', :epoch1, '{}')), '{}'::bigint[],
 		  'a heartbeat listing nothing confirms the last kill order and has nothing left to kill');
 SELECT results_eq(format($$SELECT state, retries, reason, end_state, kill_reason FROM t21_frame WHERE frame = %s$$, :fa1),
 				  $$VALUES ('dead', 0, 'killed', 'dead', 'bad render')$$,
 				  'the killed frame is dead, its run record says killed and why');
-SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :h1), 400, 'h1 is entirely idle again');
+SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host1), 400, 'h1 is entirely idle again');
 SELECT is((SELECT count(*)::int FROM frameq.run WHERE frame IN (:fa1, :fa2, :fa3)), 3,
 		  'each of the three frames has exactly one run record');
 
 -- ------------------------------------------------- complete from a killing proc: 'killed'
 
-SELECT is(frameq.complete('t21-h2', :'tok2', :e2, :pb1, 1), 'accepted',
+SELECT is(frameq.complete('t21-h2', :'tok2', :epoch2, :pb1, 1), 'accepted',
 		  'complete() from the killed proc with a failing exit is accepted');
-SELECT is(frameq.complete('t21-h2', :'tok2', :e2, :pb2, 0), 'accepted',
+SELECT is(frameq.complete('t21-h2', :'tok2', :epoch2, :pb2, 0), 'accepted',
 		  'complete() from the retried proc with exit 0 is accepted');
-SELECT is(frameq.complete('t21-h2', :'tok2', :e2, :pb3, 0, 9, 123456), 'accepted',
+SELECT is(frameq.complete('t21-h2', :'tok2', :epoch2, :pb3, 0, 9, 123456), 'accepted',
 		  'complete() from the eaten proc with signal 9 is accepted');
 SELECT results_eq(format($$SELECT frame, state, retries, attempts, proc_state, reason, end_state, exit_status, exit_signal, max_rss
 						   FROM t21_frame WHERE frame IN (%s, %s, %s) ORDER BY frame$$, :fb1, :fb2, :fb3),
@@ -125,11 +111,11 @@ SELECT results_eq(format($$SELECT frame, state, retries, attempts, proc_state, r
 				  'each ends in its kill order''s wanted state as killed, with its exit status, signal and rss; the failing exit uses no retry');
 SELECT isnt((SELECT state FROM frameq.frame WHERE id = :fb2), 'succeeded',
 			'a retried frame whose proc exits 0 after the kill order is not succeeded');
-SELECT is(frameq.complete('t21-h2', :'tok2', :e2, :pb1, 1), 'duplicate',
+SELECT is(frameq.complete('t21-h2', :'tok2', :epoch2, :pb1, 1), 'duplicate',
 		  'the same report of the killed proc again is a duplicate');
-SELECT is(frameq.complete('t21-h2', :'tok2', :e2, :pb2, 1), 'stale',
+SELECT is(frameq.complete('t21-h2', :'tok2', :epoch2, :pb2, 1), 'stale',
 		  'a different report of a released proc is stale');
-SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :h2), 400, 'h2 is entirely idle again');
+SELECT is((SELECT idle_cc FROM frameq.host WHERE id = :host2), 400, 'h2 is entirely idle again');
 
 -- ------------------------------------------------- confirm_host_dead: 'operator'
 
@@ -139,12 +125,12 @@ SELECT results_eq(format($$SELECT frame, state, retries, attempts, proc_state, r
 				  format($$VALUES (%s::bigint, 'dead', 0, 1, NULL::text, 'operator', 'dead', 'bad render'),
 								  (%s, 'waiting', 0, 1, NULL, 'operator', 'waiting', NULL)$$, :fc1, :fc2),
 				  'its kill order ends in the wanted state and its running proc back in the queue, both as operator, without a retry');
-SELECT results_eq(format($$SELECT epoch, state, down_reason, lease_expires_at IS NULL, idle_cc FROM frameq.host WHERE id = %s$$, :h3),
-				  format($$VALUES (%s::bigint + 1, 'down', 'operator', true, 400)$$, :e3),
+SELECT results_eq(format($$SELECT epoch, state, down_reason, lease_expires_at IS NULL, idle_cc FROM frameq.host WHERE id = %s$$, :host3),
+				  format($$VALUES (%s::bigint + 1, 'down', 'operator', true, 400)$$, :epoch3),
 				  'the host''s epoch moves on, its lease is gone, it is down by the operator and entirely idle');
-SELECT * FROM fqtest.refuses(format($$SELECT frameq.heartbeat('t21-h3', %L, %s, ARRAY[%s, %s]::bigint[])$$, :'tok3', :e3, :pc1, :pc2),
+SELECT * FROM fqtest.refuses(format($$SELECT frameq.heartbeat('t21-h3', %L, %s, ARRAY[%s, %s]::bigint[])$$, :'tok3', :epoch3, :pc1, :pc2),
 	'FQ001', NULL, 'the dead host''s agent, if it was not dead after all, is fenced: its heartbeat raises FQ001');
-SELECT is(frameq.complete('t21-h3', :'tok3', :e3, :pc2, 0), 'stale',
+SELECT is(frameq.complete('t21-h3', :'tok3', :epoch3, :pc2, 0), 'stale',
 		  'and its completion of the released proc is stale');
 SELECT results_eq(format($$SELECT state, reason FROM t21_frame WHERE frame = %s$$, :fc2), $$VALUES ('waiting', 'operator')$$,
 				  'the stale completion did not make the frame succeed');
@@ -153,18 +139,18 @@ SELECT results_eq(format($$SELECT state, reason FROM t21_frame WHERE frame = %s$
 
 SELECT * FROM frameq.attach('t21-h4', :'tok4', 'boot-2') \gset a4_
 SELECT is(:'a4_kill'::bigint[], '{}'::bigint[], 'attach with a new boot id has nothing to kill');
-SELECT is(:a4_epoch::bigint, :e4::bigint + 1, 'and starts the next epoch');
+SELECT is(:a4_epoch::bigint, :epoch4::bigint + 1, 'and starts the next epoch');
 SELECT results_eq(format($$SELECT frame, state, retries, attempts, proc_state, reason, end_state, kill_reason
 						   FROM t21_frame WHERE frame IN (%s, %s) ORDER BY frame$$, :fd1, :fd2),
 				  format($$VALUES (%s::bigint, 'eaten', 0, 1, NULL::text, 'host_rebooted', 'eaten', 'eaten by operator'),
 								  (%s, 'waiting', 0, 1, NULL, 'host_rebooted', 'waiting', NULL)$$, :fd1, :fd2),
 				  'the kill order ends eaten and the running proc back in the queue, both as host_rebooted, without a retry');
-SELECT results_eq(format($$SELECT state, idle_cc, boot_id FROM frameq.host WHERE id = %s$$, :h4),
+SELECT results_eq(format($$SELECT state, idle_cc, boot_id FROM frameq.host WHERE id = %s$$, :host4),
 				  $$VALUES ('up', 400, 'boot-2')$$, 'the rebooted host is up, idle, with its new boot id');
 
 -- ------------------------------------------------- afterwards
 
-SELECT is((SELECT count(*)::int FROM frameq.proc WHERE host IN (:h1, :h2, :h3, :h4)), 0, 'no proc is left on any host');
+SELECT is((SELECT count(*)::int FROM frameq.proc WHERE host IN (:host1, :host2, :host3, :host4)), 0, 'no proc is left on any host');
 SELECT results_eq(format($$SELECT reason, count(*)::int FROM frameq.run WHERE job = %s GROUP BY reason ORDER BY reason$$, :job),
 				  $$VALUES ('host_rebooted', 2), ('killed', 6), ('operator', 2)$$,
 				  'ten runs, each closed once: six killed, two operator, two host_rebooted');
@@ -181,7 +167,7 @@ SELECT results_eq(format($$SELECT sum(used_cc)::int, sum(running)::int FROM
 				  'with this transaction''s releases applied, the job and the subscription are charged nothing');
 SELECT is((SELECT state FROM frameq.job WHERE id = :job), 'active', 'the job is still active: six of its frames wait');
 
-SELECT is((SELECT string_agg(frame_number::text, ',' ORDER BY frame_number) FROM frameq.reserve('t21-h1', :'tok1', :e1)),
+SELECT is((SELECT string_agg(frame_number::text, ',' ORDER BY frame_number) FROM frameq.reserve('t21-h1', :'tok1', :epoch1)),
 		  '2,5,8,10', 'the frames released to waiting are bookable again, lowest numbers first');
 SELECT results_eq(format($$SELECT state, attempts, retries FROM frameq.frame WHERE id IN (%s, %s, %s, %s) ORDER BY id$$, :fa2, :fb2, :fc2, :fd2),
 				  $$VALUES ('running', 2, 0), ('running', 2, 0), ('running', 2, 0), ('running', 2, 0)$$,

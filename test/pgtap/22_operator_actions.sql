@@ -14,12 +14,7 @@ BEGIN;
 
 SELECT plan(92);
 
-SELECT frameq.create_allocation('t22.pool') AS alloc \gset
-SELECT frameq.create_show('t22show') AS show \gset
-SELECT frameq.set_subscription('t22show', 't22.pool', 100, 100) \g /dev/null
-SELECT frameq.register_host('t22-h1', 't22.pool', 2, 8589934592) AS tok \gset
-SELECT id AS h1 FROM frameq.host WHERE name = 't22-h1' \gset
-SELECT epoch FROM frameq.attach('t22-h1', :'tok', 'boot-1') \gset
+SELECT * FROM fqtest.farm('t22', cores => '{2}', memory => '{8589934592}') \gset
 
 /* job ops: frames 1 and 2 succeed, frame 3 runs, 4 to 7 wait */
 SELECT frameq.submit($${"show": "t22show", "name": "t22-ops",
@@ -30,8 +25,8 @@ SELECT id AS fr FROM frameq.frame WHERE job = :job AND number = 3 \gset
 SELECT id AS f4 FROM frameq.frame WHERE job = :job AND number = 4 \gset
 SELECT id AS f5 FROM frameq.frame WHERE job = :job AND number = 5 \gset
 SELECT id AS f6 FROM frameq.frame WHERE job = :job AND number = 6 \gset
-SELECT frameq.complete('t22-h1', :'tok', :epoch, proc, 0) FROM frameq.reserve('t22-h1', :'tok', :epoch, 2) \g /dev/null
-SELECT proc AS pr FROM frameq.reserve('t22-h1', :'tok', :epoch, 1) \gset
+SELECT frameq.complete('t22-h1', :'tok1', :epoch1, proc, 0) FROM frameq.reserve('t22-h1', :'tok1', :epoch1, 2) \g /dev/null
+SELECT proc AS pr FROM frameq.reserve('t22-h1', :'tok1', :epoch1, 1) \gset
 
 SELECT results_eq(format($$SELECT number, state FROM frameq.frame WHERE job = %s ORDER BY number$$, :job),
 				  $$VALUES (1, 'succeeded'), (2, 'succeeded'), (3, 'running'), (4, 'waiting'), (5, 'waiting'), (6, 'waiting'), (7, 'waiting')$$,
@@ -79,7 +74,7 @@ SELECT is((SELECT count(*)::int FROM frameq.run WHERE frame = :f1), 1, 'its run 
 SELECT fqtest.state() AS before \gset
 SELECT lives_ok(format($$SELECT frameq.retry_frame(%s)$$, :f6), 'retry_frame on a waiting frame is not an error');
 SELECT is(fqtest.state(), :'before', 'and changes nothing');
-SELECT is((SELECT string_agg(frame_number::text, ',' ORDER BY frame_number) FROM frameq.reserve('t22-h1', :'tok', :epoch)),
+SELECT is((SELECT string_agg(frame_number::text, ',' ORDER BY frame_number) FROM frameq.reserve('t22-h1', :'tok1', :epoch1)),
 		  '1', 'the retried frames are bookable again: the host''s one free core gets the lowest, frame 1');
 
 -- -------------------------------------------- a job finishes, and retry reopens it
@@ -118,8 +113,8 @@ SELECT * FROM fqtest.refuses(format($$SELECT frameq.set_job(%s, paused => false)
 SELECT fqtest.state() AS before \gset
 SELECT lives_ok(format($$SELECT frameq.kill_job(%s, 'again')$$, :jk), 'kill_job on a killed job is not an error');
 SELECT is(fqtest.state(), :'before', 'and changes nothing');
-SELECT frameq.complete('t22-h1', :'tok', :epoch, id, 0) FROM frameq.proc WHERE host = :h1 AND frame = :f1 \g /dev/null
-SELECT is((SELECT count(*)::int FROM frameq.reserve('t22-h1', :'tok', :epoch) r WHERE r.job = :jk), 0,
+SELECT frameq.complete('t22-h1', :'tok1', :epoch1, id, 0) FROM frameq.proc WHERE host = :host1 AND frame = :f1 \g /dev/null
+SELECT is((SELECT count(*)::int FROM frameq.reserve('t22-h1', :'tok1', :epoch1) r WHERE r.job = :jk), 0,
 		  'the killed job, despite its higher priority, gets nothing booked');
 
 -- ---------------------------------------------- refusals, on idle and running frames
@@ -157,18 +152,18 @@ SELECT results_eq(format($$SELECT state, frameq.owns(id, frameq._run_secret(id))
 
 -- ------------------------------------------------------------- host states
 
-SELECT frameq.complete('t22-h1', :'tok', :epoch, id, 0) FROM frameq.proc WHERE host = :h1 AND id <> :pr \g /dev/null
+SELECT frameq.complete('t22-h1', :'tok1', :epoch1, id, 0) FROM frameq.proc WHERE host = :host1 AND id <> :pr \g /dev/null
 SELECT frameq.set_host_state('t22-h1', 'repair') \g /dev/null
 SELECT results_eq($$SELECT state, down_reason FROM frameq.host WHERE name = 't22-h1'$$, $$VALUES ('repair', 'operator')$$,
 				  'set_host_state repair puts the host in repair');
-SELECT is((SELECT count(*)::int FROM frameq.reserve('t22-h1', :'tok', :epoch)), 0, 'a host in repair books nothing');
+SELECT is((SELECT count(*)::int FROM frameq.reserve('t22-h1', :'tok1', :epoch1)), 0, 'a host in repair books nothing');
 SELECT frameq.set_host_state('t22-h1', 'down') \g /dev/null
-SELECT is((SELECT count(*)::int FROM frameq.reserve('t22-h1', :'tok', :epoch)), 0, 'a host that is down books nothing');
+SELECT is((SELECT count(*)::int FROM frameq.reserve('t22-h1', :'tok1', :epoch1)), 0, 'a host that is down books nothing');
 SELECT frameq.set_host_state('t22-h1', 'up') \g /dev/null
 SELECT results_eq($$SELECT state, down_reason FROM frameq.host WHERE name = 't22-h1'$$, $$VALUES ('up', NULL)$$,
 				  'set_host_state up brings the host back up');
 SELECT is((SELECT state FROM frameq.proc WHERE id = :pr), 'killing', 'but the kill order given when it went into repair stays');
-SELECT is((SELECT count(*)::int FROM frameq.reserve('t22-h1', :'tok', :epoch)), 1,
+SELECT is((SELECT count(*)::int FROM frameq.reserve('t22-h1', :'tok1', :epoch1)), 1,
 		  'once up again it books into its one free core (the other is still held by the kill order)');
 
 SELECT ok(NOT has_function_privilege('frameq_agent', 'frameq.kill_frame(bigint,text)', 'EXECUTE')

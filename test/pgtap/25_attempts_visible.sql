@@ -13,15 +13,7 @@ BEGIN;
 
 SELECT plan(25);
 
-SELECT frameq.create_allocation('t25.pool') AS alloc \gset
-SELECT frameq.create_show('t25show') AS show \gset
-SELECT frameq.set_subscription('t25show', 't25.pool', 100, 100) \g /dev/null
-SELECT frameq.register_host('t25-h1', 't25.pool', 4, 8589934592) AS tok1 \gset
-SELECT frameq.register_host('t25-h2', 't25.pool', 4, 8589934592) AS tok2 \gset
-SELECT id AS h1 FROM frameq.host WHERE name = 't25-h1' \gset
-SELECT id AS h2 FROM frameq.host WHERE name = 't25-h2' \gset
-SELECT epoch AS e1 FROM frameq.attach('t25-h1', :'tok1', 'boot-1') \gset
-SELECT epoch AS e2 FROM frameq.attach('t25-h2', :'tok2', 'boot-1') \gset
+SELECT * FROM fqtest.farm('t25', cores => '{4,4}', memory => '{8589934592}') \gset
 /* only this test's hosts may expire here: leave every other host's lease alone */
 UPDATE frameq.host SET last_renewal_at = clock_timestamp() WHERE name NOT LIKE 't25-%' AND lease_expires_at IS NOT NULL;
 
@@ -35,54 +27,54 @@ SELECT fr.state, fr.retries, fr.attempts, (SELECT count(*)::int FROM frameq.runs
   FROM frameq.frames fr WHERE fr.frame = :f;
 
 -- 1: the frame itself fails
-INSERT INTO procs (proc) SELECT proc FROM frameq.reserve('t25-h1', :'tok1', :e1, 1);
-SELECT is(frameq.complete('t25-h1', :'tok1', :e1, (SELECT proc FROM procs WHERE n = 1), 1, 0, 1048576), 'accepted',
+INSERT INTO procs (proc) SELECT proc FROM frameq.reserve('t25-h1', :'tok1', :epoch1, 1);
+SELECT is(frameq.complete('t25-h1', :'tok1', :epoch1, (SELECT proc FROM procs WHERE n = 1), 1, 0, 1048576), 'accepted',
 		  'attempt 1 exits 1');
 SELECT results_eq($$SELECT * FROM t25_frame$$,
 				  $$SELECT 'waiting'::text, 1, 1, 1$$, 'a failure of the frame itself uses a retry: 1 retry, 1 attempt');
 
 -- 2: its host loses its lease
-INSERT INTO procs (proc) SELECT proc FROM frameq.reserve('t25-h1', :'tok1', :e1, 1);
-UPDATE frameq.host SET last_renewal_at = clock_timestamp() - frameq.lease_period() - interval '1 second' WHERE id = :h1;
+INSERT INTO procs (proc) SELECT proc FROM frameq.reserve('t25-h1', :'tok1', :epoch1, 1);
+UPDATE frameq.host SET last_renewal_at = clock_timestamp() - frameq.lease_period() - interval '1 second' WHERE id = :host1;
 SELECT is(frameq._expire_leases('-infinity'), 1::bigint, 'attempt 2: h1''s lease expires');
 SELECT results_eq($$SELECT * FROM t25_frame$$, $$SELECT 'waiting'::text, 1, 2, 2$$,
 				  'host_lost does not use a retry: 1 retry, 2 attempts');
 
 -- 3: the next host reboots
-INSERT INTO procs (proc) SELECT proc FROM frameq.reserve('t25-h2', :'tok2', :e2, 1);
-SELECT epoch AS e2 FROM frameq.attach('t25-h2', :'tok2', 'boot-2') \gset
+INSERT INTO procs (proc) SELECT proc FROM frameq.reserve('t25-h2', :'tok2', :epoch2, 1);
+SELECT epoch AS epoch2 FROM frameq.attach('t25-h2', :'tok2', 'boot-2') \gset
 SELECT results_eq($$SELECT * FROM t25_frame$$, $$SELECT 'waiting'::text, 1, 3, 3$$,
 				  'attempt 3: host_rebooted does not use a retry: 1 retry, 3 attempts');
 
 -- 4: the agent loses the booking
-INSERT INTO procs (proc) SELECT proc FROM frameq.reserve('t25-h2', :'tok2', :e2, 1);
-SELECT frameq.heartbeat('t25-h2', :'tok2', :e2, '{}') \g /dev/null
-SELECT frameq.heartbeat('t25-h2', :'tok2', :e2, '{}') \g /dev/null
+INSERT INTO procs (proc) SELECT proc FROM frameq.reserve('t25-h2', :'tok2', :epoch2, 1);
+SELECT frameq.heartbeat('t25-h2', :'tok2', :epoch2, '{}') \g /dev/null
+SELECT frameq.heartbeat('t25-h2', :'tok2', :epoch2, '{}') \g /dev/null
 SELECT results_eq($$SELECT * FROM t25_frame$$, $$SELECT 'waiting'::text, 1, 4, 4$$,
 				  'attempt 4: lost_by_agent does not use a retry: 1 retry, 4 attempts');
 
 -- 5: an operator retries it while it runs
-INSERT INTO procs (proc) SELECT proc FROM frameq.reserve('t25-h2', :'tok2', :e2, 1);
+INSERT INTO procs (proc) SELECT proc FROM frameq.reserve('t25-h2', :'tok2', :epoch2, 1);
 SELECT frameq.retry_frame(:f) \g /dev/null
-SELECT frameq.heartbeat('t25-h2', :'tok2', :e2, '{}') \g /dev/null
+SELECT frameq.heartbeat('t25-h2', :'tok2', :epoch2, '{}') \g /dev/null
 SELECT results_eq($$SELECT * FROM t25_frame$$, $$SELECT 'waiting'::text, 1, 5, 5$$,
 				  'attempt 5: an operator''s retry does not use a retry: 1 retry, 5 attempts');
 
 -- 6: an operator declares its host dead
-INSERT INTO procs (proc) SELECT proc FROM frameq.reserve('t25-h2', :'tok2', :e2, 1);
+INSERT INTO procs (proc) SELECT proc FROM frameq.reserve('t25-h2', :'tok2', :epoch2, 1);
 SELECT frameq.confirm_host_dead('t25-h2') \g /dev/null
 SELECT results_eq($$SELECT * FROM t25_frame$$, $$SELECT 'waiting'::text, 1, 6, 6$$,
 				  'attempt 6: confirm_host_dead does not use a retry: 1 retry, 6 attempts');
 
 -- 7: the frame is killed by a signal; 8: it succeeds
-SELECT epoch AS e1 FROM frameq.attach('t25-h1', :'tok1', 'boot-1') \gset
-INSERT INTO procs (proc) SELECT proc FROM frameq.reserve('t25-h1', :'tok1', :e1, 1);
-SELECT is(frameq.complete('t25-h1', :'tok1', :e1, (SELECT proc FROM procs WHERE n = 7), 0, 11), 'accepted',
+SELECT epoch AS epoch1 FROM frameq.attach('t25-h1', :'tok1', 'boot-1') \gset
+INSERT INTO procs (proc) SELECT proc FROM frameq.reserve('t25-h1', :'tok1', :epoch1, 1);
+SELECT is(frameq.complete('t25-h1', :'tok1', :epoch1, (SELECT proc FROM procs WHERE n = 7), 0, 11), 'accepted',
 		  'attempt 7 ends with signal 11');
 SELECT results_eq($$SELECT * FROM t25_frame$$, $$SELECT 'waiting'::text, 2, 7, 7$$,
 				  'a signal is a failure of the frame itself: 2 retries, 7 attempts');
-INSERT INTO procs (proc) SELECT proc FROM frameq.reserve('t25-h1', :'tok1', :e1, 1);
-SELECT is(frameq.complete('t25-h1', :'tok1', :e1, (SELECT proc FROM procs WHERE n = 8), 0, 0, 2097152), 'accepted',
+INSERT INTO procs (proc) SELECT proc FROM frameq.reserve('t25-h1', :'tok1', :epoch1, 1);
+SELECT is(frameq.complete('t25-h1', :'tok1', :epoch1, (SELECT proc FROM procs WHERE n = 8), 0, 0, 2097152), 'accepted',
 		  'attempt 8 exits 0');
 SELECT results_eq($$SELECT * FROM t25_frame$$, $$SELECT 'succeeded'::text, 2, 8, 8$$,
 				  'the frame succeeded after 8 attempts, 2 of them its own failures');
@@ -123,17 +115,17 @@ SELECT frameq.submit($${"show": "t25show", "name": "t25-eat", "max_retries": 0, 
 SELECT id AS f2 FROM frameq.frame WHERE job = :job2 \gset
 SELECT id AS f3 FROM frameq.frame WHERE job = :job3 \gset
 
-SELECT frameq.complete('t25-h1', :'tok1', :e1, proc, 1) FROM frameq.reserve('t25-h1', :'tok1', :e1, 1) \g /dev/null
-SELECT frameq.reserve('t25-h1', :'tok1', :e1, 2) \g /dev/null
-SELECT epoch AS e1 FROM frameq.attach('t25-h1', :'tok1', 'boot-3') \gset
+SELECT frameq.complete('t25-h1', :'tok1', :epoch1, proc, 1) FROM frameq.reserve('t25-h1', :'tok1', :epoch1, 1) \g /dev/null
+SELECT frameq.reserve('t25-h1', :'tok1', :epoch1, 2) \g /dev/null
+SELECT epoch AS epoch1 FROM frameq.attach('t25-h1', :'tok1', 'boot-3') \gset
 SELECT results_eq(format($$SELECT job, state, retries, attempts FROM frameq.frame WHERE id IN (%s, %s) ORDER BY job$$, :f2, :f3),
 				  format($$VALUES (%s::bigint, 'waiting', 1, 2), (%s::bigint, 'waiting', 0, 1)$$, :job2, :job3),
 				  'a frame at its last retry, and one with none, both wait again after their host reboots');
-SELECT proc AS pa FROM frameq.reserve('t25-h1', :'tok1', :e1, 2) WHERE job = :job2 \gset
+SELECT proc AS pa FROM frameq.reserve('t25-h1', :'tok1', :epoch1, 2) WHERE job = :job2 \gset
 SELECT results_eq(format($$SELECT job, state FROM frameq.frame WHERE id IN (%s, %s) ORDER BY job$$, :f2, :f3),
 				  format($$VALUES (%s::bigint, 'running'), (%s::bigint, 'running')$$, :job2, :job3),
 				  'both are booked again');
-SELECT frameq.complete('t25-h1', :'tok1', :e1, id, 1) FROM frameq.proc WHERE host = :h1 ORDER BY id \g /dev/null
+SELECT frameq.complete('t25-h1', :'tok1', :epoch1, id, 1) FROM frameq.proc WHERE host = :host1 ORDER BY id \g /dev/null
 SELECT results_eq(format($$SELECT job, state, retries, attempts FROM frameq.frame WHERE id IN (%s, %s) ORDER BY job$$, :f2, :f3),
 				  format($$VALUES (%s::bigint, 'dead', 2, 3), (%s::bigint, 'eaten', 1, 2)$$, :job2, :job3),
 				  'their own next failure ends them: dead after max_retries + 1 failures, or eaten with auto_eat');

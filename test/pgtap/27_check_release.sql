@@ -13,17 +13,12 @@ BEGIN;
 
 SELECT plan(17);
 
-SELECT frameq.create_allocation('t27.pool') AS alloc \gset
-SELECT frameq.create_show('t27show') AS show \gset
-SELECT frameq.set_subscription('t27show', 't27.pool', 100, 100) \g /dev/null
-SELECT frameq.register_host('t27-h1', 't27.pool', 8, 17179869184) AS tok \gset
-SELECT id AS host FROM frameq.host WHERE name = 't27-h1' \gset
-SELECT epoch FROM frameq.attach('t27-h1', :'tok', 'boot-1') \gset
+SELECT * FROM fqtest.farm('t27') \gset
 SELECT frameq.submit($${"show": "t27show", "name": "t27-job",
 	"layers": [{"name": "l", "command": "c", "range": "1-8"}]}$$) AS job \gset
-SELECT proc AS p1, frame AS f1 FROM frameq.reserve('t27-h1', :'tok', :epoch, 1) \gset
-SELECT proc AS p2, frame AS f2 FROM frameq.reserve('t27-h1', :'tok', :epoch, 1) \gset
-SELECT proc AS p3, frame AS f3 FROM frameq.reserve('t27-h1', :'tok', :epoch, 1) \gset
+SELECT proc AS p1, frame AS f1 FROM frameq.reserve('t27-h1', :'tok1', :epoch1, 1) \gset
+SELECT proc AS p2, frame AS f2 FROM frameq.reserve('t27-h1', :'tok1', :epoch1, 1) \gset
+SELECT proc AS p3, frame AS f3 FROM frameq.reserve('t27-h1', :'tok1', :epoch1, 1) \gset
 SELECT frameq.kill_frame(:f3, 'bad render') \g /dev/null
 
 SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean with two procs running and one kill order');
@@ -85,23 +80,23 @@ RELEASE SAVEPOINT corrupt;
 
 -- ------------------------------------------ real releases keep check() clean
 
-SELECT is((SELECT kill FROM frameq.heartbeat('t27-h1', :'tok', :epoch, ARRAY[:p1, :p2]::bigint[])), '{}'::bigint[],
+SELECT is((SELECT kill FROM frameq.heartbeat('t27-h1', :'tok1', :epoch1, ARRAY[:p1, :p2]::bigint[])), '{}'::bigint[],
 		  'a heartbeat that no longer lists the kill order confirms it');
 SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean after a kill confirmed by heartbeat');
-SELECT is(frameq.complete('t27-h1', :'tok', :epoch, :p1, 0), 'accepted', 'complete of a running proc');
+SELECT is(frameq.complete('t27-h1', :'tok1', :epoch1, :p1, 0), 'accepted', 'complete of a running proc');
 SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean after a completion');
 SELECT frameq.eat_frame(:f2) \g /dev/null
-SELECT proc AS p4 FROM frameq.reserve('t27-h1', :'tok', :epoch, 1) \gset
-SELECT frameq.attach('t27-h1', :'tok', 'boot-2') \g /dev/null
+SELECT proc AS p4 FROM frameq.reserve('t27-h1', :'tok1', :epoch1, 1) \gset
+SELECT frameq.attach('t27-h1', :'tok1', 'boot-2') \g /dev/null
 SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean after a reboot released a kill order and a running proc');
-SELECT epoch FROM frameq.host WHERE id = :host \gset
-SELECT frameq.reserve('t27-h1', :'tok', :epoch, 2) \g /dev/null
+SELECT epoch AS epoch1 FROM frameq.host WHERE id = :host1 \gset
+SELECT frameq.reserve('t27-h1', :'tok1', :epoch1, 2) \g /dev/null
 SELECT frameq.confirm_host_dead('t27-h1') \g /dev/null
 SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean after confirm_host_dead');
 SELECT results_eq(format($$SELECT state, count(*)::int FROM frameq.frame WHERE job = %s GROUP BY state ORDER BY state$$, :job),
 				  $$VALUES ('dead', 1), ('eaten', 1), ('succeeded', 1), ('waiting', 5)$$,
 				  'the job''s frames: one dead, one eaten, one succeeded, five waiting, none running');
-SELECT is((SELECT count(*)::int FROM frameq.proc WHERE host = :host), 0, 'and no proc is left');
+SELECT is((SELECT count(*)::int FROM frameq.proc WHERE host = :host1), 0, 'and no proc is left');
 SELECT is((SELECT count(*)::int FROM frameq.run WHERE job = :job AND ended_at IS NULL), 0, 'and every run is closed');
 
 SELECT * FROM finish();

@@ -12,21 +12,17 @@ BEGIN;
 
 SELECT plan(4);
 
-SELECT frameq.create_allocation('t28.pool') AS alloc \gset
-SELECT frameq.create_show('t28show') AS show \gset
-SELECT frameq.set_subscription('t28show', 't28.pool', 100, 100) \g /dev/null
-SELECT frameq.register_host('t28-h1', 't28.pool', 4, 8589934592) AS tok \gset
-SELECT epoch FROM frameq.attach('t28-h1', :'tok', 'boot-1') \gset
+SELECT * FROM fqtest.farm('t28', cores => '{4}', memory => '{8589934592}') \gset
 SELECT frameq.submit($${"show": "t28show", "name": "t28-job",
 	"layers": [{"name": "l", "command": "c", "range": "1-2"}]}$$) AS job \gset
-SELECT proc AS p1, frame AS f1 FROM frameq.reserve('t28-h1', :'tok', :epoch, 1) \gset
-SELECT proc AS p2, frame AS f2 FROM frameq.reserve('t28-h1', :'tok', :epoch, 1) \gset
+SELECT proc AS p1, frame AS f1 FROM frameq.reserve('t28-h1', :'tok1', :epoch1, 1) \gset
+SELECT proc AS p2, frame AS f2 FROM frameq.reserve('t28-h1', :'tok1', :epoch1, 1) \gset
 SELECT frameq.kill_frame(:f1, 'bad render') \g /dev/null
 
 SELECT fqtest.state() AS before \gset
 SELECT fqtest.attempt(format($$CREATE TEMP TABLE hb_null ON COMMIT DROP AS
 							   SELECT * FROM frameq.heartbeat('t28-h1', %L, %s, ARRAY[%s, NULL]::bigint[])$$,
-							 :'tok', :epoch, :p2)) AS outcome \gset
+							 :'tok1', :epoch1, :p2)) AS outcome \gset
 
 SELECT is(:'outcome'::text, '22004', 'a heartbeat listing a null is refused with 22004');
 SELECT is(fqtest.state(), :'before', 'the refused heartbeat changed nothing');

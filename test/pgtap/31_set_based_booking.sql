@@ -10,22 +10,16 @@
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(41);
+SELECT plan(43);
 
-SELECT frameq.create_allocation('t31.pool') AS alloc \gset
-SELECT frameq.create_show('t31show') AS show \gset
-SELECT frameq.set_subscription('t31show', 't31.pool', 100, 100) \g /dev/null
-SELECT frameq.register_host('t31-h1', 't31.pool', 32, 68719476736) AS tok \gset
-SELECT id AS host FROM frameq.host WHERE name = 't31-h1' \gset
-SELECT epoch FROM frameq.attach('t31-h1', :'tok', 'boot-1') \gset
-SELECT frameq.register_host('t31-h2', 't31.pool', 3, 17179869184) AS tok2 \gset
-SELECT id AS host2 FROM frameq.host WHERE name = 't31-h2' \gset
-SELECT epoch AS epoch2 FROM frameq.attach('t31-h2', :'tok2', 'boot-1') \gset
+SELECT * FROM fqtest.farm('t31', cores => '{32,3}', memory => '{68719476736,17179869184}') \gset
 
 SELECT frameq.submit($${"show": "t31show", "name": "many",
 	"layers": [{"name": "l", "command": "c #FRAME#", "range": "1-40", "memory": "1GB"}]}$$) AS j_many \gset
 SELECT frameq.submit($${"show": "t31show", "name": "direct", "paused": true,
 	"layers": [{"name": "l", "command": "c", "range": "1-4"}]}$$) AS j_direct \gset
+SELECT frameq.submit($${"show": "t31show", "name": "huge", "paused": true,
+	"layers": [{"name": "l", "command": "c", "range": "1-3"}]}$$) AS j_huge \gset
 
 -- count the statements that insert procs
 CREATE TABLE fqtest.proc_inserts (n int NOT NULL);
@@ -41,18 +35,18 @@ CREATE TRIGGER zz_count AFTER INSERT ON frameq.proc
 
 -- ------------------------------------------------ reserve(max_frames 16)
 
-CREATE TEMP TABLE b AS SELECT * FROM frameq.reserve('t31-h1', :'tok', :epoch, 16);
+CREATE TEMP TABLE b AS SELECT * FROM frameq.reserve('t31-h1', :'tok1', :epoch1, 16);
 SELECT is((SELECT count(*)::int FROM b), 16, 'reserve(max_frames 16) books 16 frames');
 SELECT is((SELECT n FROM fqtest.proc_inserts), 1, 'its 16 procs are inserted by one statement');
 SELECT is((SELECT array_agg(frame_number ORDER BY frame_number) FROM b),
 		  (SELECT array_agg(g) FROM generate_series(1, 16) g),
 		  'they are frames 1 to 16, in frame order');
 SELECT is((SELECT count(DISTINCT proc)::int FROM b), 16, 'each has its own run token');
-SELECT is((SELECT (idle_cc, idle_memory) FROM frameq.host WHERE id = :host),
+SELECT is((SELECT (idle_cc, idle_memory) FROM frameq.host WHERE id = :host1),
 		  (1600, 68719476736 - 16 * 1073741824::bigint),
 		  'the host''s idle cores and memory dropped by the 16 frames'' sum');
 SELECT is((SELECT count(*)::int FROM frameq.run r JOIN b ON b.proc = r.proc
-			WHERE r.ended_at IS NULL AND r.host = :host AND r.cores_cc = 100),
+			WHERE r.ended_at IS NULL AND r.host = :host1 AND r.cores_cc = 100),
 		  16, 'every booking has an open run record on the host');
 SELECT is((SELECT count(*)::int FROM frameq.frame WHERE job = :j_many AND state = 'running'
 			 AND attempts = 1),
@@ -74,6 +68,15 @@ SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean after a 16-fra
 SELECT * FROM fqtest.refuses(format(:'insert_two', :j_direct, 1, 2, 931000, :host2, :epoch2, :show, :alloc, 200),
 	'FQ005', 'host % has no room for the procs inserted',
 	'a direct INSERT of two procs that fit the host only one at a time is refused with FQ005');
+
+/*
+ * Three procs whose memory adds up past the largest bigint (to 2^64 + 2):
+ * their sum must not wrap around to 2 bytes and fit.
+ */
+SELECT * FROM fqtest.refuses(format($$WITH f AS (UPDATE frameq.frame fr SET state = 'running', attempts = attempts + 1, version = version + 1 WHERE fr.job = %s RETURNING fr.id, fr.job, fr.layer, fr.number) INSERT INTO frameq.proc (id, frame, host, epoch, job, layer, show, allocation, cores_cc, memory, gpus, gpu_memory) SELECT 933000 + f.number, f.id, %s, %s, f.job, f.layer, %s, %s, 1, 6148914691236517206, 0, 0 FROM f$$,
+		:j_huge, :host2, :epoch2, :show, :alloc),
+	'FQ005', 'host % has no room for the procs inserted',
+	'a direct INSERT of procs whose memory adds up past any bigint is refused with FQ005');
 
 SELECT fqtest.attempt(format(:'insert_two', :j_direct, 3, 4, 932000, :host2, :epoch2, :show, :alloc, 100))
 	AS two_insert \gset
@@ -153,7 +156,7 @@ SELECT * FROM fqtest.refuses(format(
 	:show, :alloc, :j_direct),
 	'23503', 'proc 933002 names frame % and host 987654, and one of them does not exist',
 	'a direct INSERT of a proc naming a host that does not exist is refused with 23503');
-SELECT * FROM fqtest.refuses(format('DELETE FROM frameq.host WHERE id = %s', :host),
+SELECT * FROM fqtest.refuses(format('DELETE FROM frameq.host WHERE id = %s', :host1),
 	'23503', 'host % is named by a proc or a run record',
 	'a host with procs cannot be deleted');
 SELECT * FROM fqtest.refuses(format('DELETE FROM frameq.frame WHERE job = %s AND number = 1', :j_many),

@@ -21,20 +21,13 @@ BEGIN;
 
 SELECT plan(28);
 
-SELECT frameq.create_allocation('t41.pool') AS alloc \gset
-SELECT frameq.create_show('t41show') AS show \gset
-SELECT frameq.set_subscription('t41show', 't41.pool', 100, 100) \g /dev/null
-SELECT frameq.register_host('t41-h1', 't41.pool', 8, 17179869184) AS tok \gset
-SELECT frameq.register_host('t41-h2', 't41.pool', 8, 17179869184) AS tok2 \gset
-SELECT id AS host1 FROM frameq.host WHERE name = 't41-h1' \gset
-SELECT epoch FROM frameq.attach('t41-h1', :'tok', 'boot-1') \gset
-SELECT epoch AS epoch2 FROM frameq.attach('t41-h2', :'tok2', 'boot-1') \gset
+SELECT * FROM fqtest.farm('t41', cores => '{8,8}') \gset
 SELECT frameq.submit($${"show": "t41show", "name": "j",
 	"layers": [{"name": "l", "command": "c", "range": "1-5"}]}$$) AS job \gset
 
 -- ------------------------------------------------------------ run secrets
 
-CREATE TEMP TABLE booked ON COMMIT DROP AS SELECT * FROM frameq.reserve('t41-h1', :'tok', :epoch, 2);
+CREATE TEMP TABLE booked ON COMMIT DROP AS SELECT * FROM frameq.reserve('t41-h1', :'tok1', :epoch1, 2);
 SELECT is((SELECT count(*)::int FROM booked), 2, 'h1 books two frames');
 SELECT is((SELECT count(*)::int FROM booked WHERE run_secret = frameq._run_secret(proc)), 2,
 		  'each booking carries its run secret, frameq._run_secret(proc)');
@@ -72,7 +65,7 @@ SELECT is(frameq.owns(12345678901, frameq._run_secret(12345678901)), false,
 SELECT is(frameq.complete('t41-h2', :'tok2', :epoch2, :p2, 0), 'stale',
 		  'h2 completing h1''s proc is stale');
 SELECT is((SELECT xmax::text FROM frameq.proc WHERE id = :p2), '0', '... and locked nothing of it');
-SELECT is(frameq.complete('t41-h1', :'tok', :epoch + 1, :p2, 0), 'stale',
+SELECT is(frameq.complete('t41-h1', :'tok1', :epoch1 + 1, :p2, 0), 'stale',
 		  'h1 completing its proc under another epoch is stale');
 SELECT is((SELECT xmax::text FROM frameq.proc WHERE id = :p2), '0', '... and locked nothing either');
 
@@ -103,10 +96,10 @@ SELECT fqtest.throws_like(format($$SELECT * FROM frameq.reserve('t41-h2', %L, %s
 -- ------------------------------- a booking type older or newer than the library
 
 ALTER TYPE frameq.booking DROP ATTRIBUTE run_secret;
-SELECT is((SELECT count(*)::int FROM frameq.reserve('t41-h1', :'tok', :epoch, 1)), 1,
+SELECT is((SELECT count(*)::int FROM frameq.reserve('t41-h1', :'tok1', :epoch1, 1)), 1,
 		  'without run_secret in frameq.booking, reserve() still books');
 ALTER TYPE frameq.booking ADD ATTRIBUTE run_secret text;
-SELECT is((SELECT run_secret = frameq._run_secret(proc) FROM frameq.reserve('t41-h1', :'tok', :epoch, 1)), true,
+SELECT is((SELECT run_secret = frameq._run_secret(proc) FROM frameq.reserve('t41-h1', :'tok1', :epoch1, 1)), true,
 		  'with run_secret after a dropped attribute, reserve() fills it by name');
 
 SELECT * FROM finish();

@@ -11,11 +11,7 @@ BEGIN;
 
 SELECT plan(61);
 
-SELECT frameq.create_allocation('t47.pool') \g /dev/null
-SELECT frameq.create_show('t47show') \g /dev/null
-SELECT frameq.set_subscription('t47show', 't47.pool', 100, 100) \g /dev/null
-SELECT frameq.register_host('t47-h1', 't47.pool', 8, 8589934592) AS tok \gset
-SELECT epoch FROM frameq.attach('t47-h1', :'tok', 'boot-1') \gset
+SELECT * FROM fqtest.farm('t47', memory => '{8589934592}') \gset
 
 /* one layer around a command, named by a 200-character job name */
 CREATE FUNCTION fqtest.spec(command text, job_name text DEFAULT 't47') RETURNS text
@@ -57,7 +53,7 @@ SELECT is(frameq._expanded_length('#ZFRAME#', 'j', 'l', 1, 5), 4::bigint, '#ZFRA
 /* the poison job never gets in; a normal job next to it books */
 SELECT frameq.submit('{"show": "t47show", "name": "normal", "priority": 1,
 	"layers": [{"name": "l", "command": "render #FRAME#", "range": "1-2"}]}') AS normal \gset
-SELECT is((SELECT count(*) FROM frameq.reserve('t47-h1', :'tok', :epoch, 10) b WHERE b.job = :normal),
+SELECT is((SELECT count(*) FROM frameq.reserve('t47-h1', :'tok1', :epoch1, 10) b WHERE b.job = :normal),
 	2::bigint, 'a normal job books on the host next to the refused poison submissions');
 
 /* env, tags, layers, limits */
@@ -138,9 +134,9 @@ SELECT * FROM fqtest.refuses('SELECT frameq.set_subscription(''t47show'', ''t47.
 	'1e300 cores are too large, quoted clipped');
 
 /* agent entry points */
-SELECT * FROM fqtest.refuses(format('SELECT frameq.attach(%L, %L, %L)', 't47-h1', :'tok', repeat('b', 201)),
+SELECT * FROM fqtest.refuses(format('SELECT frameq.attach(%L, %L, %L)', 't47-h1', :'tok1', repeat('b', 201)),
 	'54000', 'boot_id is too large: 201 characters, at most 200', 'attach refuses a 201-character boot id');
-SELECT * FROM fqtest.refuses(format('SELECT frameq.heartbeat(%L, %L, %s, %L)', 't47-h1', :'tok', :epoch,
+SELECT * FROM fqtest.refuses(format('SELECT frameq.heartbeat(%L, %L, %s, %L)', 't47-h1', :'tok1', :epoch1,
 	(SELECT array_agg(i) FROM generate_series(1, 100001) i)),
 	'54000', 'running is too large: 100001 procs, at most 100000', 'a heartbeat listing 100,001 procs is refused');
 

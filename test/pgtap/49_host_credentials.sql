@@ -10,24 +10,19 @@ BEGIN;
 
 SELECT plan(26);
 
-SELECT frameq.create_allocation('t49.pool') \g /dev/null
-SELECT frameq.create_show('t49show') \g /dev/null
-SELECT frameq.set_subscription('t49show', 't49.pool', 100, 100) \g /dev/null
-SELECT frameq.register_host('t49-h1', 't49.pool', 2, 8589934592) AS tok \gset
-SELECT id AS h1 FROM frameq.host WHERE name = 't49-h1' \gset
-SELECT epoch FROM frameq.attach('t49-h1', :'tok', 'boot-1') \gset
+SELECT * FROM fqtest.farm('t49', cores => '{2}', memory => '{8589934592}') \gset
 SELECT frameq.submit('{"show": "t49show", "name": "j",
 	"layers": [{"name": "l", "command": "c", "range": "1-4"}]}') AS job \gset
-SELECT proc AS p1 FROM frameq.reserve('t49-h1', :'tok', :epoch, 1) \gset
+SELECT proc AS p1 FROM frameq.reserve('t49-h1', :'tok1', :epoch1, 1) \gset
 
 /* rotation */
 SELECT frameq.rotate_host_token('t49-h1') AS tok2 \gset
-SELECT isnt(:'tok2'::text, :'tok'::text, 'rotate_host_token returns a new token');
-SELECT throws_ok(format('SELECT frameq.heartbeat(%L, %L, %s, ARRAY[%s]::bigint[])', 't49-h1', :'tok', :epoch, :p1),
+SELECT isnt(:'tok2'::text, :'tok1'::text, 'rotate_host_token returns a new token');
+SELECT throws_ok(format('SELECT frameq.heartbeat(%L, %L, %s, ARRAY[%s]::bigint[])', 't49-h1', :'tok1', :epoch1, :p1),
 	'28P01', NULL, 'the old token no longer works');
-SELECT lives_ok(format('SELECT frameq.heartbeat(%L, %L, %s, ARRAY[%s]::bigint[])', 't49-h1', :'tok2', :epoch, :p1),
+SELECT lives_ok(format('SELECT frameq.heartbeat(%L, %L, %s, ARRAY[%s]::bigint[])', 't49-h1', :'tok2', :epoch1, :p1),
 	'the new token works under the same lease epoch');
-SELECT is((SELECT (epoch, state) FROM frameq.host WHERE id = :h1), (:epoch::bigint, 'up'::text),
+SELECT is((SELECT (epoch, state) FROM frameq.host WHERE id = :host1), (:epoch1::bigint, 'up'::text),
 	'rotation leaves the epoch and the state alone');
 SELECT is((SELECT state FROM frameq.proc WHERE id = :p1), 'running', 'and the host''s proc runs on');
 SELECT * FROM fqtest.refuses($$SELECT frameq.rotate_host_token('t49-nope')$$, '42704', NULL,
@@ -38,15 +33,15 @@ SELECT * FROM fqtest.refuses('SELECT frameq.rotate_host_token(NULL)', '22004', N
 /* retirement waits for the host's work */
 SELECT * FROM fqtest.refuses($$SELECT frameq.retire_host('t49-h1')$$, '55006',
 	'host "t49-h1" still has 1 live proc(s)', 'a host with a live proc cannot retire');
-SELECT is(frameq.complete('t49-h1', :'tok2', :epoch, :p1, 0), 'accepted', 'its render completes');
+SELECT is(frameq.complete('t49-h1', :'tok2', :epoch1, :p1, 0), 'accepted', 'its render completes');
 SELECT lives_ok($$SELECT frameq.retire_host('t49-h1')$$, 'then the host retires');
 SELECT ok((SELECT retired_at IS NOT NULL AND state = 'down' AND lease_expires_at IS NULL
-			 FROM frameq.host WHERE id = :h1), 'it is marked retired, down, without a lease');
+			 FROM frameq.host WHERE id = :host1), 'it is marked retired, down, without a lease');
 SELECT throws_ok(format('SELECT frameq.attach(%L, %L, %L)', 't49-h1', :'tok2', 'boot-1'), '42704', NULL,
 	'a retired host''s name and token no longer attach');
-SELECT throws_ok(format('SELECT * FROM frameq.reserve(%L, %L, %s)', 't49-h1', :'tok2', :epoch), '42704', NULL,
+SELECT throws_ok(format('SELECT * FROM frameq.reserve(%L, %L, %s)', 't49-h1', :'tok2', :epoch1), '42704', NULL,
 	'nor book');
-SELECT throws_ok(format('SELECT frameq.complete(%L, %L, %s, %s, 0)', 't49-h1', :'tok2', :epoch, :p1), '42704', NULL,
+SELECT throws_ok(format('SELECT frameq.complete(%L, %L, %s, %s, 0)', 't49-h1', :'tok2', :epoch1, :p1), '42704', NULL,
 	'nor report');
 SELECT throws_ok($$SELECT frameq.set_host_state('t49-h1', 'up')$$, '42704', NULL,
 	'an operator cannot bring a retired host back up by its name');
@@ -55,7 +50,7 @@ SELECT is((SELECT count(*) FROM frameq.runs WHERE host = 't49-h1'), 1::bigint, '
 /* the name again, as a new host */
 SELECT frameq.register_host('t49-h1', 't49.pool', 4, 8589934592) AS tok3 \gset
 SELECT id AS h2 FROM frameq.host WHERE name = 't49-h1' AND retired_at IS NULL \gset
-SELECT isnt(:h2, :h1, 'the name is registered again as a new host');
+SELECT isnt(:h2, :host1, 'the name is registered again as a new host');
 SELECT epoch AS epoch2 FROM frameq.attach('t49-h1', :'tok3', 'boot-9') \gset
 SELECT is((SELECT count(*) FROM frameq.reserve('t49-h1', :'tok3', :epoch2, 10)), 3::bigint,
 	'the new host books the job''s three waiting frames');
