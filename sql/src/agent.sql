@@ -26,6 +26,8 @@ DECLARE
 BEGIN
 	/* a reboot's releases and the kill orders wait at most frameq.lock_wait for others' locks */
 	PERFORM frameq._bound_lock_waits();
+	/* before the first write of procs: see _ledger_ensure */
+	PERFORM frameq._ledger_ensure();
 	PERFORM frameq._not_null(boot_id, 'boot_id');
 	PERFORM frameq._bounded(boot_id, 'boot_id', 200);
 	IF boot_id = '' THEN

@@ -17,6 +17,7 @@
 CREATE FUNCTION frameq._kill_order(proc bigint, reason text, want text) RETURNS bool
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+	PERFORM frameq._ledger_ensure();
 	UPDATE frameq.proc x
 	   SET state = 'killing', kill_reason = _kill_order.reason, want_state = want,
 		   kill_at = coalesce(x.kill_at, clock_timestamp())

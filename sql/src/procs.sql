@@ -36,7 +36,15 @@ CREATE FUNCTION frameq._ledger_reset() RETURNS void
 	AS 'MODULE_PATHNAME', 'frameq_ledger_reset' LANGUAGE C VOLATILE STRICT
 	SET search_path = pg_catalog, pg_temp;
 
-/* rebuild the ledger now if it is not valid; returns true if it was rebuilt */
+/*
+ * Rebuild the ledger now if it is not valid; returns true if it was
+ * rebuilt.  Every SQL path that writes procs calls it before its first
+ * statement on frameq.proc: a rebuild waits for every transaction that
+ * holds that table's RowExclusiveLock, so one started from the proc
+ * trigger, inside such a statement, holds that lock itself, and two of
+ * them wait for each other (a deadlock, seen when the worker and an
+ * attach both wrote procs right after CREATE EXTENSION).
+ */
 CREATE FUNCTION frameq._ledger_ensure() RETURNS bool
 	AS 'MODULE_PATHNAME', 'frameq_ledger_ensure' LANGUAGE C VOLATILE STRICT
 	SET search_path = pg_catalog, pg_temp;

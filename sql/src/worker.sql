@@ -110,6 +110,7 @@ DECLARE
 	p record;
 	n bigint := 0;
 BEGIN
+	PERFORM frameq._ledger_ensure();
 	/*
 	 * The due procs are locked by an initplan and updated by primary key:
 	 * no join, whose plan, cached in the worker's session while the proc
