@@ -36,6 +36,7 @@ SQL_SRC = $(addprefix sql/src/, \
 	submit.sql \
 	agent.sql \
 	operator.sql \
+	depends.sql \
 	worker.sql \
 	views.sql \
 	check.sql \

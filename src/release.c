@@ -30,6 +30,7 @@
 #include "executor/executor.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
+#include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -43,6 +44,13 @@
 
 /* why the proc being deleted is released; set by frameq_release_with */
 static const ReleaseContext *current_release = NULL;
+
+/*
+ * The transaction that released a proc last: one that also frees tasks
+ * (a prerequisite's release) announces them on frameq_release, not
+ * frameq_ready (sql/src/depends.sql, _free_tasks).
+ */
+static LocalTransactionId released_lxid = InvalidLocalTransactionId;
 
 /* the proc row, as the triggers read it */
 typedef struct ProcRow
@@ -808,6 +816,7 @@ frameq_proc_after_delete(PG_FUNCTION_ARGS)
 	}
 	if (ctx.new_state == NULL)
 		ctx.new_state = default_end_state(&p);
+	released_lxid = MyProc->lxid;
 
 	nitems = proc_items(&p, items);
 	parked = frameq_ledger_release(items, nitems, p.room.cores_cc, p.room.gpus);
@@ -1216,4 +1225,13 @@ frameq_complete(PG_FUNCTION_ARGS)
 	frameq_end_lock_waits(lock_nest);
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(answer));
+}
+
+PG_FUNCTION_INFO_V1(frameq_released_in_xact);
+
+/* frameq._released_in_xact(): has this transaction released a proc? */
+Datum
+frameq_released_in_xact(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(released_lxid == MyProc->lxid);
 }

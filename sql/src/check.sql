@@ -181,6 +181,61 @@ BEGIN
 							  = (q.show, q.tag, q.gpu, q.mem_class, q.core_class))
 	 GROUP BY q.show, q.tag, q.gpu, q.mem_class, q.core_class;
 
+	/*
+	 * Dependencies (depends.sql): the counts are exact, a task is 'depend'
+	 * exactly when something holds it (running and finished tasks may be
+	 * held: depend_job leaves them), and no unmet dependency has a
+	 * prerequisite that is done.
+	 */
+	RETURN QUERY
+	SELECT 'dependencies', format('task %s counts %s unmet frame dependencies, not %s',
+								  f.id, f.deps_left, coalesce(e.n, 0))
+	  FROM frameq.frame f
+	  LEFT JOIN (SELECT x.frame, count(*) AS n FROM frameq.frame_depend x
+				  WHERE NOT x.satisfied GROUP BY x.frame) e ON e.frame = f.id
+	 WHERE f.deps_left <> coalesce(e.n, 0);
+
+	RETURN QUERY
+	SELECT 'dependencies', format('layer %s counts %s unmet dependencies, not %s',
+								  l.id, l.deps_left, n.n)
+	  FROM frameq.layer l
+	 CROSS JOIN LATERAL (SELECT count(*) AS n FROM frameq.depend d
+						  WHERE NOT d.satisfied
+							AND ((d.kind = 'layer' AND d.layer = l.id)
+								 OR (d.kind = 'job' AND d.job = l.job))) n
+	 WHERE l.deps_left <> n.n;
+
+	RETURN QUERY
+	SELECT 'dependencies', format('task %s is %s but %s', f.id, f.state,
+								  CASE WHEN f.state = 'depend' THEN 'nothing holds it'
+									   ELSE 'a dependency holds it' END)
+	  FROM frameq.frame f JOIN frameq.layer l ON l.id = f.layer
+	 WHERE (f.state = 'depend' AND f.deps_left = 0 AND l.deps_left = 0)
+		OR (f.state = 'waiting' AND (f.deps_left > 0 OR l.deps_left > 0));
+
+	RETURN QUERY
+	SELECT 'dependencies', format('task %s still waits for task %s, which is %s', e.frame, e.on_frame, p.state)
+	  FROM frameq.frame_depend e JOIN frameq.frame p ON p.id = e.on_frame
+	 WHERE NOT e.satisfied AND p.state IN ('succeeded', 'eaten');
+
+	RETURN QUERY
+	SELECT 'dependencies', format('layer %s still waits for layer %s, which is done', d.layer, d.on_layer)
+	  FROM frameq.depend d
+	 WHERE d.kind = 'layer' AND NOT d.satisfied
+	   AND NOT EXISTS (SELECT 1 FROM frameq.frame f
+						WHERE f.layer = d.on_layer AND f.state IN ('waiting', 'depend', 'running', 'dead'));
+
+	RETURN QUERY
+	SELECT 'dependencies', format('task %s of layer %s, a prerequisite, is not marked prereq', f.id, f.layer)
+	  FROM frameq.depend d JOIN frameq.frame f ON f.layer = d.on_layer
+	 WHERE d.kind = 'layer' AND NOT f.prereq;
+
+	RETURN QUERY
+	SELECT 'dependencies', format('job %s still waits for job %s, which is done', d.job, d.on_job)
+	  FROM frameq.depend d JOIN frameq.job j ON j.id = d.on_job
+	 WHERE d.kind = 'job' AND NOT d.satisfied AND j.state = 'finished'
+	   AND NOT EXISTS (SELECT 1 FROM frameq.frame f WHERE f.job = j.id AND f.state = 'dead');
+
 	/* a job whose finish the worker has yet to decide (see job_finish_check) is not wrong */
 	RETURN QUERY
 	SELECT 'job state', format('job %s is %s but none of its frames is live', j.id, j.state)

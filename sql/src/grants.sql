@@ -48,7 +48,8 @@ GRANT EXECUTE ON FUNCTION
 	frameq.submit(jsonb), frameq.set_job(bigint, int, numeric, int, bool, bool),
 	frameq.kill_frame(bigint, text), frameq.retry_frame(bigint), frameq.eat_frame(bigint),
 	frameq.kill_job(bigint, text), frameq.set_host_state(text, text),
-	frameq.confirm_host_dead(text)
+	frameq.confirm_host_dead(text), frameq.depend_job(bigint, bigint),
+	frameq.drop_depends(bigint, text)
 	TO frameq_admin;
 GRANT EXECUTE ON FUNCTION
 	frameq.attach(text, text, text), frameq.heartbeat(text, text, bigint, bigint[]),
@@ -60,10 +61,11 @@ GRANT EXECUTE ON FUNCTION frameq.owns(bigint, text) TO frameq_agent, frameq_read
 GRANT EXECUTE ON FUNCTION
 	frameq.submit(jsonb), frameq.set_job(bigint, int, numeric, int, bool, bool),
 	frameq.kill_frame(bigint, text), frameq.retry_frame(bigint), frameq.eat_frame(bigint),
-	frameq.kill_job(bigint, text)
+	frameq.kill_job(bigint, text), frameq.depend_job(bigint, bigint),
+	frameq.drop_depends(bigint, text)
 	TO frameq_submit;
 GRANT EXECUTE ON FUNCTION frameq.check(), frameq.ledger(), frameq.worker_status(),
 	frameq.lease_period(), frameq._ledger_parked() TO frameq_reader;
 GRANT SELECT ON frameq.frames, frameq.job_progress, frameq.usage, frameq.hosts, frameq.runs,
-	frameq.show_grants, frameq.dispatch_parked
+	frameq.show_grants, frameq.dispatch_parked, frameq.depends
 	TO frameq_reader;

@@ -148,7 +148,9 @@ CREATE TABLE frameq.layer (
 	env			jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(env) = 'object'),
 	UNIQUE (job, name),
 	CHECK (max_cc >= min_cc),
-	CHECK (threadable OR max_cc = min_cc)
+	CHECK (threadable OR max_cc = min_cc),
+	/* dependencies (depends.sql): unmet dependencies of the layer and of its job */
+	deps_left	int NOT NULL DEFAULT 0 CHECK (deps_left >= 0)
 );
 CREATE INDEX layer_job ON frameq.layer (job, dispatch_order, id);
 
@@ -157,6 +159,27 @@ CREATE TABLE frameq.layer_limit (
 	limit_id	int NOT NULL REFERENCES frameq.limits,
 	PRIMARY KEY (layer, limit_id)
 );
+
+/*
+ * Dependencies (depends.sql): of a job on a job (kind 'job': job, on_job)
+ * and of a layer on a layer of its job (kind 'layer': layer, on_layer).
+ * Frame-by-frame dependencies are edges between tasks, in frame_depend.
+ * satisfied is set once and never cleared.
+ */
+CREATE TABLE frameq.depend (
+	id			bigserial PRIMARY KEY,
+	kind		text NOT NULL CHECK (kind IN ('job', 'layer')),
+	job			bigint NOT NULL,
+	layer		bigint,
+	on_job		bigint NOT NULL,
+	on_layer	bigint,
+	satisfied	bool NOT NULL DEFAULT false,
+	created_at	timestamptz NOT NULL DEFAULT clock_timestamp(),
+	CHECK ((kind = 'job') = (layer IS NULL AND on_layer IS NULL))
+);
+CREATE INDEX depend_job ON frameq.depend (job, layer);
+CREATE INDEX depend_on_job ON frameq.depend (on_job) WHERE kind = 'job' AND NOT satisfied;
+CREATE INDEX depend_on_layer ON frameq.depend (on_layer) WHERE kind = 'layer' AND NOT satisfied;
 
 CREATE TABLE frameq.frame (
 	id			bigserial PRIMARY KEY,
@@ -168,13 +191,36 @@ CREATE TABLE frameq.frame (
 	retries		int NOT NULL DEFAULT 0 CHECK (retries >= 0),
 	attempts	int NOT NULL DEFAULT 0 CHECK (attempts >= 0),
 	version		bigint NOT NULL DEFAULT 0,	/* counts state changes */
-	UNIQUE (layer, number)
+	UNIQUE (layer, number),
+	/* dependencies (depends.sql): unmet frame-by-frame prerequisites */
+	deps_left	int NOT NULL DEFAULT 0 CHECK (deps_left >= 0),
+	/* a prerequisite of a task or a layer: its end is watched (depends.sql) */
+	prereq		bool NOT NULL DEFAULT false
 );
 /* the next waiting frame of a layer, without reading the rest of the backlog */
 CREATE INDEX frame_waiting ON frameq.frame (layer, number) WHERE state = 'waiting';
 /* is anything of this job still live?  (finishing a job, progress) */
 CREATE INDEX frame_live ON frameq.frame (job, state)
 	WHERE state IN ('waiting', 'depend', 'running');
+/* dependencies (depends.sql): a prerequisite layer's tasks not yet done */
+CREATE INDEX frame_prereq_open ON frameq.frame (layer)
+	WHERE prereq AND state IN ('waiting', 'depend', 'running', 'dead');
+/* a job's dead tasks, which hold its dependents */
+CREATE INDEX frame_dead ON frameq.frame (job) WHERE state = 'dead';
+/* tasks held by their layer's or job's dependencies only: freed together */
+CREATE INDEX frame_held ON frameq.frame (layer) WHERE state = 'depend' AND deps_left = 0;
+
+/*
+ * Frame-by-frame dependencies: task frame waits for task on_frame (of
+ * another layer of the job, holding one of its frame numbers).
+ */
+CREATE TABLE frameq.frame_depend (
+	on_frame	bigint NOT NULL,
+	frame		bigint NOT NULL,
+	satisfied	bool NOT NULL DEFAULT false,
+	PRIMARY KEY (on_frame, frame)
+);
+CREATE INDEX frame_depend_frame ON frameq.frame_depend (frame);
 
 /*
  * A proc is one booking.  Its id is the run token: 63 random bits, never a

@@ -297,6 +297,8 @@ INSERT INTO t46_calls (fn, who, code, want) VALUES
 	('submit', 't46_submitter', $${"show": "t46show", "name": "t46-c",
 		"layers": [{"name": "l", "command": "c #IFRAME#", "range": "1-3", "env": {"A": "b"}, "tags": ["t"]}]}$$, 'ok'),
 	('set_job', 't46_submitter', format($$SELECT frameq.set_job(%s, 7)$$, :ja), 'ok'),
+	('depend_job', 't46_submitter', format($$SELECT frameq.depend_job(%s, %s)$$, :ja, :jk), 'ok'),
+	('drop_depends', 't46_submitter', format($$SELECT frameq.drop_depends(%s)$$, :ja), 'ok'),
 	('kill_frame', 't46_submitter', format($$SELECT frameq.kill_frame(%s, 'shadow test')$$, :f2), 'ok'),
 	('retry_frame', 't46_submitter', format($$SELECT frameq.retry_frame(%s)$$, :f1), 'ok'),
 	('retry_frame', 't46_submitter', format($$SELECT frameq.retry_frame(%s)$$, :f3), 'ok'),
@@ -320,6 +322,7 @@ INSERT INTO t46_calls (fn, who, code, want) VALUES
 	('hosts', 't46_reader', $$SELECT * FROM frameq.hosts$$, 'ok'),
 	('runs', 't46_reader', $$SELECT * FROM frameq.runs$$, 'ok'),
 	('_ledger_parked', 't46_reader', $$SELECT * FROM frameq.dispatch_parked$$, 'ok'),
+	('depends', 't46_reader', $$SELECT * FROM frameq.depends$$, 'ok'),
 	('check', 't46_admin', $$SELECT * FROM frameq.check()$$, 'ok');
 UPDATE t46_calls SET code = format('SELECT frameq.submit(%L::jsonb)', code) WHERE fn = 'submit';
 

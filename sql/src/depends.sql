@@ -1,0 +1,408 @@
+
+/*
+ * ---------------------------------------------------------------------
+ * depends.sql: dependencies between jobs, layers and tasks.
+ *
+ * A task (a frame row) with an unmet dependency is 'depend': never booked,
+ * never queued for dispatch.  It becomes 'waiting' in the transaction that
+ * meets its last dependency, and that transaction announces it (on
+ * frameq_release if it released a proc, else on frameq_ready).  Three kinds,
+ * kept in two counters:
+ *
+ * - frame by frame (layer after_frames): an edge per (task, prerequisite
+ *	 task) in frame_depend; frame.deps_left counts a task's unmet edges.
+ * - layer on layer (layer after) and job on job (job after_jobs,
+ *	 depend_job()): a row in depend; layer.deps_left counts the unmet rows
+ *	 of the layer and of its job.
+ * A task is free when its own count and its layer's are both 0.  Every
+ * count only falls (a met dependency stays met) except when depend_job()
+ * adds a job dependency, which holds the job's waiting tasks.
+ *
+ * What meets a dependency, at the cost of the tasks it frees:
+ * - a prerequisite task ending succeeded or eaten, the first time (frame
+ *	 trigger prereq_done, on tasks marked prereq at submit): its unmet edges
+ *	 are met, and, if its layer is a prerequisite of a layer, the layer is
+ *	 tested for done (_layer_maybe_done);
+ * - a job finishing with no dead task, or its last dead task eaten
+ *	 (triggers job_prereq_done and frame_dead_eaten): its dependents' rows
+ *	 are met;
+ * - drop_depends(), the operator's override.
+ * Whatever makes a task 'waiting' passes the gate (frame_gate): a task with
+ * an unmet dependency goes to 'depend' instead (a retry's release, say, of
+ * a task whose job was given a dependency meanwhile).
+ *
+ * Races.  Counters live in rows, so two prerequisites of one task ending
+ * at once serialize on the task's row, and exactly one of them frees it.
+ * A layer is done when none of its tasks is unfinished, which two
+ * transactions ending its last two tasks could each fail to see (each
+ * sees the other's task still running): so a transaction that finds no
+ * other unfinished task it can lock (FOR SHARE SKIP LOCKED: a task it
+ * locks cannot end before it commits) locks the dependency rows and looks
+ * again with a new snapshot; of two such transactions the second sees the
+ * first's end.  The gate reads the layer's count under FOR SHARE, so it
+ * waits for a transaction that is changing it.  Lock order: a task, then
+ * dependency rows, then layer rows, then the layer's tasks.
+ * ---------------------------------------------------------------------
+ */
+
+/* has this transaction released a proc?  (src/release.c) */
+CREATE FUNCTION frameq._released_in_xact() RETURNS bool
+	AS 'MODULE_PATHNAME', 'frameq_released_in_xact' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
+
+/*
+ * Make these 'depend' tasks 'waiting' if nothing holds them any more;
+ * returns how many.  Their layers get their dispatch hints lowered and are
+ * queued (frame_queue_waiting); a transaction that released no proc
+ * announces them on frameq_ready, one notification per layer.
+ */
+CREATE FUNCTION frameq._free_tasks(tasks bigint[]) RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	r record;
+	n bigint := 0;
+	announce bool;
+BEGIN
+	IF tasks IS NULL OR cardinality(tasks) = 0 THEN
+		RETURN 0;
+	END IF;
+	announce := NOT frameq._released_in_xact();
+	FOR r IN WITH freed AS (
+				UPDATE frameq.frame f SET state = 'waiting', version = f.version + 1
+				 WHERE f.id = ANY (tasks) AND f.state = 'depend' AND f.deps_left = 0
+				RETURNING f.job, f.layer, f.number, f.state)
+			 SELECT x.job, x.layer, min(x.number) AS low, count(*) AS freed
+			   FROM freed x WHERE x.state = 'waiting'
+			  GROUP BY x.job, x.layer LOOP
+		PERFORM frameq._frame_waiting(r.layer, r.low);
+		IF announce THEN
+			PERFORM pg_notify('frameq_ready',
+							  json_build_object('job', r.job, 'layer', r.layer, 'count', r.freed)::text);
+		END IF;
+		n := n + r.freed;
+	END LOOP;
+	RETURN n;
+END
+$$;
+
+/*
+ * These dependency rows are met: their layers (every layer of a dependent
+ * job) count one fewer, and a layer that reaches 0 frees the tasks that
+ * only it held.  Returns the tasks freed.
+ */
+CREATE FUNCTION frameq._meet_depends(ids bigint[]) RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	ready bigint[];
+BEGIN
+	WITH met AS (
+			UPDATE frameq.depend d SET satisfied = true
+			 WHERE d.id = ANY (ids) AND NOT d.satisfied
+			RETURNING d.kind, d.job, d.layer),
+		 hit AS (
+			SELECT m.layer FROM met m WHERE m.kind = 'layer'
+			UNION ALL
+			SELECT l.id FROM met m JOIN frameq.layer l ON l.job = m.job WHERE m.kind = 'job'),
+		 less AS (
+			UPDATE frameq.layer l SET deps_left = l.deps_left - h.n
+			  FROM (SELECT hit.layer, count(*) AS n FROM hit GROUP BY hit.layer) h
+			 WHERE l.id = h.layer
+			RETURNING l.id, l.deps_left)
+	SELECT array_agg(x.id) INTO ready FROM less x WHERE x.deps_left = 0;
+	IF ready IS NULL THEN
+		RETURN 0;
+	END IF;
+	RETURN frameq._free_tasks(ARRAY(
+		SELECT f.id FROM frameq.frame f
+		 WHERE f.layer = ANY (ready) AND f.state = 'depend' AND f.deps_left = 0));
+END
+$$;
+
+/*
+ * Is this prerequisite layer done (no task unfinished: waiting, depend,
+ * running or dead)?  If so, meet the layer dependencies on it.  See
+ * "Races" above.
+ */
+CREATE FUNCTION frameq._layer_maybe_done(prereq_layer bigint) RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	ids bigint[];
+BEGIN
+	/* an unfinished task no one else is ending: it cannot end before we commit */
+	PERFORM 1 FROM frameq.frame f
+	  WHERE f.layer = prereq_layer AND f.prereq
+		AND f.state IN ('waiting', 'depend', 'running', 'dead')
+	  LIMIT 1 FOR SHARE SKIP LOCKED;
+	IF FOUND THEN
+		RETURN 0;
+	END IF;
+	/* perhaps the last: one such transaction at a time, each with a new snapshot */
+	SELECT array_agg(d.id) INTO ids FROM (
+		SELECT d.id FROM frameq.depend d
+		 WHERE d.on_layer = prereq_layer AND d.kind = 'layer' AND NOT d.satisfied
+		 ORDER BY d.id FOR UPDATE) d;
+	IF ids IS NULL THEN
+		RETURN 0;
+	END IF;
+	IF current_setting('transaction_isolation') <> 'read committed' THEN
+		/* no new snapshot: make a later transaction that locks the rows fail instead */
+		UPDATE frameq.depend d SET satisfied = d.satisfied WHERE d.id = ANY (ids);
+	END IF;
+	IF EXISTS (SELECT 1 FROM frameq.frame f
+				WHERE f.layer = prereq_layer AND f.prereq
+				  AND f.state IN ('waiting', 'depend', 'running', 'dead')) THEN
+		RETURN 0;
+	END IF;
+	RETURN frameq._meet_depends(ids);
+END
+$$;
+
+/*
+ * Is this job done for its dependents (finished, and no task dead)?  If
+ * so, meet the job dependencies on it.  Serialized on the job row, which
+ * whatever finishes or reopens a job holds.
+ */
+CREATE FUNCTION frameq._job_maybe_done(prereq_job bigint) RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	ids bigint[];
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM frameq.depend d
+					WHERE d.on_job = prereq_job AND d.kind = 'job' AND NOT d.satisfied) THEN
+		RETURN 0;
+	END IF;
+	PERFORM 1 FROM frameq.job j WHERE j.id = prereq_job FOR NO KEY UPDATE;
+	IF NOT EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = prereq_job AND j.state = 'finished')
+	   OR EXISTS (SELECT 1 FROM frameq.frame f WHERE f.job = prereq_job AND f.state = 'dead') THEN
+		RETURN 0;
+	END IF;
+	SELECT array_agg(d.id) INTO ids FROM (
+		SELECT d.id FROM frameq.depend d
+		 WHERE d.on_job = prereq_job AND d.kind = 'job' AND NOT d.satisfied
+		 ORDER BY d.id FOR UPDATE) d;
+	RETURN frameq._meet_depends(ids);
+END
+$$;
+
+/* a prerequisite task ended succeeded or eaten: meet its edges, test its layer */
+CREATE FUNCTION frameq._prereq_done() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	freed bigint[];
+BEGIN
+	WITH met AS (
+			UPDATE frameq.frame_depend e SET satisfied = true
+			 WHERE e.on_frame = NEW.id AND NOT e.satisfied
+			RETURNING e.frame),
+		 less AS (
+			UPDATE frameq.frame f SET deps_left = f.deps_left - 1
+			  FROM met WHERE f.id = met.frame
+			RETURNING f.id, f.deps_left, f.state)
+	SELECT array_agg(x.id) INTO freed FROM less x WHERE x.deps_left = 0 AND x.state = 'depend';
+	PERFORM frameq._free_tasks(freed);
+	IF EXISTS (SELECT 1 FROM frameq.depend d
+				WHERE d.on_layer = NEW.layer AND d.kind = 'layer' AND NOT d.satisfied) THEN
+		PERFORM frameq._layer_maybe_done(NEW.layer);
+	END IF;
+	RETURN NULL;
+END
+$$;
+CREATE TRIGGER frame_prereq_done AFTER UPDATE OF state ON frameq.frame
+	FOR EACH ROW WHEN (NEW.prereq AND NEW.state IN ('succeeded', 'eaten')
+					   AND OLD.state NOT IN ('succeeded', 'eaten'))
+	EXECUTE FUNCTION frameq._prereq_done();
+
+/* the last dead task of a finished job eaten: its dependents may go */
+CREATE FUNCTION frameq._dead_eaten() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	PERFORM frameq._job_maybe_done(NEW.job);
+	RETURN NULL;
+END
+$$;
+CREATE TRIGGER frame_dead_eaten AFTER UPDATE OF state ON frameq.frame
+	FOR EACH ROW WHEN (OLD.state = 'dead' AND NEW.state = 'eaten')
+	EXECUTE FUNCTION frameq._dead_eaten();
+
+/* a job finished: if no task of it is dead, its dependents may go */
+CREATE FUNCTION frameq._job_prereq_done() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	PERFORM frameq._job_maybe_done(NEW.id);
+	RETURN NULL;
+END
+$$;
+CREATE TRIGGER job_prereq_done AFTER UPDATE OF state ON frameq.job
+	FOR EACH ROW WHEN (NEW.state = 'finished' AND OLD.state IS DISTINCT FROM 'finished')
+	EXECUTE FUNCTION frameq._job_prereq_done();
+
+/*
+ * The gate: a task made waiting that something still holds is 'depend'
+ * instead.  The layer's count is read under FOR SHARE, so a transaction
+ * changing it (depend_job, a dependency met) is waited for.
+ */
+CREATE FUNCTION frameq._frame_gate() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	IF NEW.deps_left > 0
+	   OR (SELECT l.deps_left FROM frameq.layer l WHERE l.id = NEW.layer FOR SHARE) > 0 THEN
+		NEW.state := 'depend';
+	END IF;
+	RETURN NEW;
+END
+$$;
+CREATE TRIGGER frame_gate BEFORE UPDATE OF state ON frameq.frame
+	FOR EACH ROW WHEN (NEW.state = 'waiting' AND OLD.state IS DISTINCT FROM 'waiting')
+	EXECUTE FUNCTION frameq._frame_gate();
+
+/* does job a depend, directly or through others, on job b? */
+CREATE FUNCTION frameq._job_reaches(a bigint, b bigint) RETURNS bool
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+	WITH RECURSIVE up(job) AS (
+		SELECT a
+		UNION
+		SELECT d.on_job FROM frameq.depend d JOIN up ON d.job = up.job WHERE d.kind = 'job')
+	SELECT EXISTS (SELECT 1 FROM up WHERE up.job = b)
+$$;
+
+/* the most job dependencies a job may have */
+CREATE FUNCTION frameq._max_job_depends() RETURNS int
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 32 $$;
+
+/*
+ * Record that job depends on on_job (submit's after_jobs, depend_job):
+ * met at once if on_job is done, else the job's layers are held and its
+ * waiting tasks become 'depend'.  The caller has checked both jobs.  on_job
+ * is locked (KEY SHARE would not wait for its finish; SHARE does), so
+ * its finish, which meets the row, cannot pass this unseen.  Returns
+ * false if the dependency was there already.
+ */
+CREATE FUNCTION frameq._add_job_depend(job bigint, on_job bigint) RETURNS bool
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	done bool;
+BEGIN
+	PERFORM 1 FROM frameq.job j WHERE j.id = on_job FOR SHARE;
+	IF EXISTS (SELECT 1 FROM frameq.depend d
+				WHERE d.kind = 'job' AND d.job = _add_job_depend.job AND d.on_job = _add_job_depend.on_job) THEN
+		RETURN false;
+	END IF;
+	done := EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = on_job AND j.state = 'finished')
+			AND NOT EXISTS (SELECT 1 FROM frameq.frame f WHERE f.job = on_job AND f.state = 'dead');
+	INSERT INTO frameq.depend (kind, job, on_job, satisfied) VALUES ('job', job, on_job, done);
+	IF NOT done THEN
+		UPDATE frameq.layer l SET deps_left = l.deps_left + 1 WHERE l.job = _add_job_depend.job;
+		UPDATE frameq.frame f SET state = 'depend', version = f.version + 1
+		 WHERE f.job = _add_job_depend.job AND f.state = 'waiting';
+	END IF;
+	RETURN true;
+END
+$$;
+
+/* refuse a job dependency that is not allowed; the jobs exist */
+CREATE FUNCTION frameq._check_job_depend(job bigint, on_job bigint, field text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = on_job) THEN
+		RAISE EXCEPTION '% names job %, which does not exist', field, on_job
+			USING ERRCODE = 'undefined_object';
+	END IF;
+	/* a submitter depends only on jobs of the shows granted to it */
+	PERFORM frameq._authorize_job(on_job);
+	IF EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = on_job AND j.state = 'killed') THEN
+		RAISE EXCEPTION '% names job %, which was killed', field, on_job
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  HINT = 'A killed job never finishes: depend on a job that can.';
+	END IF;
+	IF job IS NOT NULL AND (job = on_job OR frameq._job_reaches(on_job, job)) THEN
+		RAISE EXCEPTION '% would make job % depend on itself', field, job
+			USING ERRCODE = 'invalid_object_definition',
+				  DETAIL = pg_catalog.format('Job %s already depends on job %s.', on_job, job);
+	END IF;
+END
+$$;
+
+/* job depends on on_job from now on (for jobs already submitted) */
+CREATE FUNCTION frameq.depend_job(job bigint, on_job bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	PERFORM frameq._not_null(job, 'job');
+	PERFORM frameq._not_null(on_job, 'on_job');
+	PERFORM frameq._authorize_job(job);
+	PERFORM 1 FROM frameq.job j WHERE j.id = depend_job.job FOR NO KEY UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	PERFORM frameq._check_job_depend(job, on_job, 'on_job');
+	IF (SELECT count(*) FROM frameq.depend d WHERE d.kind = 'job' AND d.job = depend_job.job)
+	   >= frameq._max_job_depends() THEN
+		PERFORM frameq._too_big('on_job', pg_catalog.format('job %s has %s job dependencies already',
+															job, frameq._max_job_depends()));
+	END IF;
+	PERFORM frameq._add_job_depend(job, on_job);
+END
+$$;
+
+/*
+ * The operator's override: every dependency of the job (of that layer
+ * only, if one is named: its layer and frame-by-frame dependencies; the
+ * job's dependencies on jobs hold all its layers and go only with the
+ * whole job) counts as met.  Returns the tasks freed.
+ */
+CREATE FUNCTION frameq.drop_depends(job bigint, layer text DEFAULT NULL) RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	layer_id bigint;
+	ids bigint[];
+	freed bigint[];
+	n bigint;
+BEGIN
+	PERFORM frameq._not_null(job, 'job');
+	PERFORM frameq._authorize_job(job);
+	IF NOT EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = drop_depends.job) THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	IF layer IS NOT NULL THEN
+		SELECT l.id INTO layer_id FROM frameq.layer l WHERE l.job = drop_depends.job AND l.name = layer;
+		IF NOT FOUND THEN
+			RAISE EXCEPTION 'job % has no layer "%"', job, frameq._clip(layer)
+				USING ERRCODE = 'undefined_object';
+		END IF;
+	END IF;
+	/* lock order: dependency rows, layers, tasks */
+	SELECT array_agg(d.id) INTO ids FROM (
+		SELECT d.id FROM frameq.depend d
+		 WHERE d.job = drop_depends.job AND NOT d.satisfied
+		   AND (layer_id IS NULL OR d.layer = layer_id)
+		 ORDER BY d.id FOR UPDATE) d;
+	WITH tasks AS (
+			SELECT f.id FROM frameq.frame f
+			 WHERE f.job = drop_depends.job AND f.state IN ('waiting', 'depend', 'running')
+			   AND (layer_id IS NULL OR f.layer = layer_id) AND f.deps_left > 0),
+		 met AS (
+			UPDATE frameq.frame_depend e SET satisfied = true
+			  FROM tasks WHERE e.frame = tasks.id AND NOT e.satisfied
+			RETURNING e.frame),
+		 less AS (
+			UPDATE frameq.frame f SET deps_left = 0
+			  FROM tasks WHERE f.id = tasks.id
+			RETURNING f.id, f.state)
+	SELECT array_agg(x.id) INTO freed FROM less x WHERE x.state = 'depend';
+	n := frameq._free_tasks(freed);
+	IF ids IS NOT NULL THEN
+		n := n + frameq._meet_depends(ids);
+	END IF;
+	RETURN n;
+END
+$$;
+
+/* every dependency, with whether it is met */
+CREATE VIEW frameq.depends AS
+SELECT d.kind, d.job, d.layer, NULL::bigint AS frame, d.on_job, d.on_layer,
+	   NULL::bigint AS on_frame, d.satisfied
+  FROM frameq.depend d
+UNION ALL
+SELECT 'frame', f.job, f.layer, e.frame, p.job, p.layer, e.on_frame, e.satisfied
+  FROM frameq.frame_depend e
+  JOIN frameq.frame f ON f.id = e.frame
+  JOIN frameq.frame p ON p.id = e.on_frame;
