@@ -21,20 +21,33 @@ ALTER TABLE frameq.frame ADD COLUMN numbers int[]
  * frames view, the #FRAMESPEC# command token): "7" for a task of one
  * number (numbers NULL); "1-5", or "1-9x2" for a step above 1, when the
  * numbers climb by one step; otherwise the numbers in range order, "7,3".
+ * plpgsql: a quarter of the cost of the same in LANGUAGE sql, per call.
  */
 CREATE FUNCTION frameq._frame_spec(number int, numbers int[]) RETURNS text
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-	SELECT CASE
-		WHEN numbers IS NULL OR pg_catalog.cardinality(numbers) < 2 THEN number::text
-		ELSE (SELECT CASE
-						 WHEN min(s.d) = max(s.d) AND min(s.d) > 0
-						 THEN numbers[pg_catalog.array_lower(numbers, 1)]::text || '-'
-							  || numbers[pg_catalog.array_upper(numbers, 1)]::text
-							  || CASE WHEN min(s.d) > 1 THEN 'x' || min(s.d)::text ELSE '' END
-						 ELSE pg_catalog.array_to_string(numbers, ',') END
-				FROM (SELECT x.n::bigint - lag(x.n) OVER (ORDER BY x.o) AS d
-						FROM pg_catalog.unnest(numbers) WITH ORDINALITY AS x(n, o)) s)
-	END
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	lo int;
+	hi int;
+	step bigint;
+BEGIN
+	IF numbers IS NULL OR pg_catalog.cardinality(numbers) < 2 THEN
+		RETURN number::text;
+	END IF;
+	lo := pg_catalog.array_lower(numbers, 1);
+	hi := pg_catalog.array_upper(numbers, 1);
+	step := numbers[lo + 1]::bigint - numbers[lo];
+	FOR i IN lo + 2 .. hi LOOP
+		EXIT WHEN step <= 0;
+		IF numbers[i]::bigint - numbers[i - 1] <> step THEN
+			step := 0;
+		END IF;
+	END LOOP;
+	IF step <= 0 THEN
+		RETURN pg_catalog.array_to_string(numbers, ',');
+	END IF;
+	RETURN numbers[lo]::text || '-' || numbers[hi]::text
+		   || CASE WHEN step > 1 THEN 'x' || step::text ELSE '' END;
+END
 $$;
 
 /*
@@ -354,3 +367,5 @@ REVOKE ALL ON FUNCTION frameq._frame_spec(int, int[]), frameq._frame_tasks(text,
 	frameq._expanded_length(text, text, text, int, int, int),
 	frameq._check_command(text, text, text, text, int, int, int)
 	FROM PUBLIC;
+/* the frames view calls _frame_spec, as its reader */
+GRANT EXECUTE ON FUNCTION frameq._frame_spec(int, int[]) TO frameq_reader;
