@@ -62,8 +62,10 @@ GRANT EXECUTE ON FUNCTION
 	frameq.kill_frame(bigint, text), frameq.retry_frame(bigint), frameq.eat_frame(bigint),
 	frameq.kill_job(bigint, text)
 	TO frameq_submit;
+/* _ledger_parked and _frame_spec: the views dispatch_parked and frames call them */
 GRANT EXECUTE ON FUNCTION frameq.check(), frameq.ledger(), frameq.worker_status(),
-	frameq.lease_period(), frameq._ledger_parked() TO frameq_reader;
+	frameq.lease_period(), frameq._ledger_parked(), frameq._frame_spec(int, int[])
+	TO frameq_reader;
 GRANT SELECT ON frameq.frames, frameq.job_progress, frameq.usage, frameq.hosts, frameq.runs,
 	frameq.show_grants, frameq.dispatch_parked
 	TO frameq_reader;
