@@ -259,9 +259,17 @@ layer_fits(const ReserveState *st, const LayerCandidate *layer)
 	return resources_fit(&need, &st->host.idle);
 }
 
-/* replace #FRAME#, #ZFRAME#, #JOB# and #LAYER# in a command template */
+/*
+ * Replace the tokens of a command template for one task (doc/reference.md,
+ * "Command tokens"): #FRAME#, #FRAME_START# and #ZFRAME# are its first
+ * frame number, #FRAME_END# its last, #FRAMESPEC# all of them as
+ * frameq._frame_spec writes them (spec: NULL for a task of one number,
+ * whose spec is that number), #JOB# and #LAYER# the names.
+ * sql/src/submit.sql's _expanded_length bounds the result.
+ */
 static char *
-expand_command(const char *tmpl, int32 number, const char *job, const char *layer)
+expand_command(const char *tmpl, int32 number, int32 last, const char *spec,
+			   const char *job, const char *layer)
 {
 	StringInfoData buf;
 	const char *p = tmpl;
@@ -275,6 +283,27 @@ expand_command(const char *tmpl, int32 number, const char *job, const char *laye
 			{
 				appendStringInfo(&buf, "%d", number);
 				p += 7;
+				continue;
+			}
+			if (strncmp(p, "#FRAME_START#", 13) == 0)
+			{
+				appendStringInfo(&buf, "%d", number);
+				p += 13;
+				continue;
+			}
+			if (strncmp(p, "#FRAME_END#", 11) == 0)
+			{
+				appendStringInfo(&buf, "%d", last);
+				p += 11;
+				continue;
+			}
+			if (strncmp(p, "#FRAMESPEC#", 11) == 0)
+			{
+				if (spec)
+					appendStringInfoString(&buf, spec);
+				else
+					appendStringInfo(&buf, "%d", number);
+				p += 11;
 				continue;
 			}
 			if (strncmp(p, "#ZFRAME#", 8) == 0)
@@ -501,11 +530,13 @@ frameq_adopt_precharge(int64 proc)
 	return false;
 }
 
-/* one frame on its way to a booking */
+/* one frame (a task: one frame number or a chunk) on its way to a booking */
 typedef struct FrameTry
 {
 	int64		frame;
-	int32		number;
+	int32		number;			/* the task's first frame number */
+	int32		last;			/* its last, in range order */
+	char	   *spec;			/* frameq._frame_spec; NULL for one number */
 	int64		proc;
 	int32		cores;
 	BookResult	result;
@@ -624,7 +655,9 @@ claim_frames(LayerBooking *b)
 		 * The waiting frames are locked by an initplan and updated by
 		 * primary key: no join for a generic plan to get wrong.  The row
 		 * lock keeps them waiting until the update; the outer test says so
-		 * in the statement itself.
+		 * in the statement itself.  A chunked task (numbers not NULL) also
+		 * returns its last number and its spec; an unchunked one pays for
+		 * two NULL tests only.
 		 */
 		plan = frameq_prepare("UPDATE frameq.frame"
 							  "   SET state = 'running', version = version + 1,"
@@ -634,7 +667,9 @@ claim_frames(LayerBooking *b)
 							  "         ORDER BY number LIMIT $2"
 							  "           FOR UPDATE SKIP LOCKED))"
 							  "   AND state = 'waiting'"
-							  " RETURNING id, number",
+							  " RETURNING id, number, numbers[pg_catalog.cardinality(numbers)],"
+							  "   CASE WHEN numbers IS NOT NULL"
+							  "        THEN frameq._frame_spec(number, numbers) END",
 							  3, types);
 	}
 	frameq_dispatch_lookup(b->layer->id, &low, &b->stamp);
@@ -653,14 +688,24 @@ claim_frames(LayerBooking *b)
 	got = palloc(sizeof(FrameTry) * Max(b->nclaimed, 1));
 	for (int i = 0; i < b->nclaimed; i++)
 	{
-		got[i].frame = frameq_get_int64(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, NULL);
-		got[i].number = frameq_get_int32(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, NULL);
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		one;
+
+		got[i].frame = frameq_get_int64(tup, desc, 1, NULL);
+		got[i].number = frameq_get_int32(tup, desc, 2, NULL);
+		got[i].last = frameq_get_int32(tup, desc, 3, &one);
+		if (one)
+			got[i].last = got[i].number;
+		got[i].spec = one ? NULL : SPI_getvalue(tup, desc, 4);
 	}
 	qsort(got, b->nclaimed, sizeof(FrameTry), compare_numbers);
 	for (int i = 0; i < b->nclaimed; i++)
 	{
 		b->tries[i].frame = got[i].frame;
 		b->tries[i].number = got[i].number;
+		b->tries[i].last = got[i].last;
+		b->tries[i].spec = got[i].spec;
 	}
 	for (int i = b->nclaimed; i < b->ncharged; i++)
 		give_back(b->st, b->layer, b->items, b->nitems, &b->tries[i]);
@@ -826,8 +871,8 @@ hand_out(LayerBooking *b)
 		values[2] = Int64GetDatum(b->job->id);
 		values[3] = Int64GetDatum(layer->id);
 		values[4] = Int32GetDatum(t->number);
-		values[5] = CStringGetTextDatum(expand_command(layer->command, t->number,
-													   b->job->name, layer->name));
+		values[5] = CStringGetTextDatum(expand_command(layer->command, t->number, t->last,
+													   t->spec, b->job->name, layer->name));
 		values[6] = frameq_numeric_from_cc(t->cores);
 		values[7] = Int64GetDatum(layer->memory);
 		values[8] = Int32GetDatum(layer->gpus);

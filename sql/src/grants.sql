@@ -64,8 +64,10 @@ GRANT EXECUTE ON FUNCTION
 	frameq.kill_job(bigint, text), frameq.depend_job(bigint, bigint),
 	frameq.drop_depends(bigint, text)
 	TO frameq_submit;
+/* _ledger_parked and _frame_spec: the views dispatch_parked and frames call them */
 GRANT EXECUTE ON FUNCTION frameq.check(), frameq.ledger(), frameq.worker_status(),
-	frameq.lease_period(), frameq._ledger_parked() TO frameq_reader;
+	frameq.lease_period(), frameq._ledger_parked(), frameq._frame_spec(int, int[])
+	TO frameq_reader;
 GRANT SELECT ON frameq.frames, frameq.job_progress, frameq.usage, frameq.hosts, frameq.runs,
 	frameq.show_grants, frameq.dispatch_parked, frameq.depends
 	TO frameq_reader;

@@ -191,6 +191,16 @@ CREATE TABLE frameq.frame (
 	retries		int NOT NULL DEFAULT 0 CHECK (retries >= 0),
 	attempts	int NOT NULL DEFAULT 0 CHECK (attempts >= 0),
 	version		bigint NOT NULL DEFAULT 0,	/* counts state changes */
+	/*
+	 * A task of a chunked layer (submit's "chunk") holds several frame
+	 * numbers: all of them, in range order, the first being number.  NULL
+	 * for a task of one number, as every frame of an unchunked layer is.
+	 */
+	numbers		int[] CHECK (pg_catalog.array_ndims(numbers) OPERATOR(pg_catalog.=) 1
+							 AND pg_catalog.array_lower(numbers, 1) OPERATOR(pg_catalog.=) 1
+							 AND pg_catalog.cardinality(numbers) OPERATOR(pg_catalog.>) 1
+							 AND numbers[1] OPERATOR(pg_catalog.=) number
+							 AND pg_catalog.array_position(numbers, NULL) IS NULL),
 	UNIQUE (layer, number),
 	/* dependencies (depends.sql): unmet frame-by-frame prerequisites */
 	deps_left	int NOT NULL DEFAULT 0 CHECK (deps_left >= 0),

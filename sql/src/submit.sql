@@ -50,6 +50,54 @@ BEGIN
 END
 $$;
 
+/*
+ * A task's frame numbers as text, the one form everything shows (the
+ * frames view, the #FRAMESPEC# command token): "7" for a task of one
+ * number (numbers NULL); "1-5", or "1-9x2" for a step above 1, when the
+ * numbers climb by one step; otherwise the numbers in range order, "7,3".
+ * plpgsql: a quarter of the cost of the same in LANGUAGE sql, per call.
+ */
+CREATE FUNCTION frameq._frame_spec(number int, numbers int[]) RETURNS text
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	lo int;
+	hi int;
+	step bigint;
+BEGIN
+	IF numbers IS NULL OR pg_catalog.cardinality(numbers) < 2 THEN
+		RETURN number::text;
+	END IF;
+	lo := pg_catalog.array_lower(numbers, 1);
+	hi := pg_catalog.array_upper(numbers, 1);
+	step := numbers[lo + 1]::bigint - numbers[lo];
+	FOR i IN lo + 2 .. hi LOOP
+		EXIT WHEN step <= 0;
+		IF numbers[i]::bigint - numbers[i - 1] <> step THEN
+			step := 0;
+		END IF;
+	END LOOP;
+	IF step <= 0 THEN
+		RETURN pg_catalog.array_to_string(numbers, ',');
+	END IF;
+	RETURN numbers[lo]::text || '-' || numbers[hi]::text
+		   || CASE WHEN step > 1 THEN 'x' || step::text ELSE '' END;
+END
+$$;
+
+/*
+ * A layer's tasks: its frame numbers in range order, cut into runs of
+ * chunk numbers (the last may be shorter).  first is the task's frame
+ * number; numbers NULL for a task of one number (frameq.frame.numbers).
+ */
+CREATE FUNCTION frameq._frame_tasks(spec text, field text, chunk int)
+RETURNS TABLE (first int, numbers int[])
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT t.a[1], CASE WHEN pg_catalog.cardinality(t.a) > 1 THEN t.a END
+	  FROM (SELECT pg_catalog.array_agg(x.n ORDER BY x.o) AS a
+			  FROM frameq._frame_numbers(spec, field) WITH ORDINALITY AS x(n, o)
+			 GROUP BY (x.o - 1) / chunk) t
+$$;
+
 /* spec's field key, NULL if absent or null, 22023 unless it is of type want */
 CREATE FUNCTION frameq._spec_value(obj jsonb, key text, path text, want text)
 RETURNS jsonb LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -173,29 +221,37 @@ $$;
 
 /*
  * The longest a layer's command becomes, in bytes, once the agent-side
- * tokens are replaced for any of its frames (src/booking.c
- * expand_command: #FRAME#, #ZFRAME# (zero-padded to 4), #JOB#, #LAYER#,
- * matched left to right without overlap, as regexp_matches does).
+ * tokens are replaced for any of its tasks (src/booking.c expand_command:
+ * #FRAME#, #FRAME_START#, #FRAME_END#, #ZFRAME# (zero-padded to 4), #JOB#,
+ * #LAYER#, #FRAMESPEC#, matched left to right without overlap, as
+ * regexp_matches does).  low and high are the layer's lowest and highest
+ * frame numbers; spec_length the longest frame spec of its tasks (NULL:
+ * every task is one number, no longer than low or high).
  */
 CREATE FUNCTION frameq._expanded_length(command text, job_name text, layer_name text,
-										low int, high int)
+										low int, high int, spec_length int DEFAULT NULL)
 RETURNS bigint LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 	SELECT pg_catalog.octet_length(command)
 		   + coalesce(sum(t.n * (CASE t.token
-									WHEN 'FRAME' THEN w.width
 									WHEN 'ZFRAME' THEN greatest(w.width, 4)
 									WHEN 'JOB' THEN pg_catalog.octet_length(job_name)
-									ELSE pg_catalog.octet_length(layer_name) END
+									WHEN 'LAYER' THEN pg_catalog.octet_length(layer_name)
+									WHEN 'FRAMESPEC' THEN coalesce(spec_length, w.width)
+									ELSE w.width END
 								 - pg_catalog.length(t.token) - 2)), 0)
 	  FROM (SELECT greatest(pg_catalog.length(low::text), pg_catalog.length(high::text)) AS width) w
 	  LEFT JOIN (SELECT m[1] AS token, count(*) AS n
-				   FROM pg_catalog.regexp_matches(command, '#(FRAME|ZFRAME|JOB|LAYER)#', 'g') m
+				   FROM pg_catalog.regexp_matches(command,
+						'#(FRAME|FRAME_START|FRAME_END|ZFRAME|JOB|LAYER|FRAMESPEC)#', 'g') m
 				  GROUP BY 1) t ON true
 $$;
 
-/* a layer's command: present, at most 64 kB, and at most 64 kB expanded for every frame */
+/*
+ * A layer's command: present, at most 64 kB, and at most 64 kB expanded
+ * for every task (spec_length: see _expanded_length)
+ */
 CREATE FUNCTION frameq._check_command(command text, path text, job_name text, layer_name text,
-									  low int, high int)
+									  low int, high int, spec_length int DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	expanded bigint;
@@ -204,7 +260,7 @@ BEGIN
 		PERFORM frameq._too_big(path || '.command',
 			pg_catalog.format('%s bytes, at most 65536', pg_catalog.octet_length(command)));
 	END IF;
-	expanded := frameq._expanded_length(command, job_name, layer_name, low, high);
+	expanded := frameq._expanded_length(command, job_name, layer_name, low, high, spec_length);
 	IF expanded > 65536 THEN
 		PERFORM frameq._too_big(path || '.command',
 			pg_catalog.format('%s bytes once its tokens are expanded, at most 65536', expanded));
@@ -274,6 +330,8 @@ DECLARE
 	l_env jsonb[] := '{}';
 	l_tags jsonb[] := '{}';
 	l_limits jsonb[] := '{}';
+	l_chunk int[] := '{}';
+	spec_length int;
 	v jsonb;
 	n_frames bigint := 0;
 	n_layer bigint;
@@ -345,7 +403,7 @@ BEGIN
 		END IF;
 		PERFORM frameq._spec_unknown(layer, ARRAY['name', 'command', 'range', 'cores',
 			'cores_max', 'threadable', 'memory', 'gpus', 'gpu_memory', 'tags', 'limits',
-			'dispatch_order', 'env'], path);
+			'dispatch_order', 'env', 'chunk'], path);
 
 		v := frameq._spec_value(layer, 'name', path, 'string');
 		IF v IS NULL OR v #>> '{}' = '' THEN
@@ -373,7 +431,16 @@ BEGIN
 		SELECT count(*), count(DISTINCT n), min(n), max(n) INTO n_layer, n_distinct, low, high
 		  FROM frameq._frame_numbers(v #>> '{}', path || '.range') n;
 		n_frames := n_frames + n_layer;
-		PERFORM frameq._check_command(l_command[i + 1], path, job_name, l_name[i + 1], low, high);
+		/* frame numbers per task; a chunk past the layer's frames is one task */
+		l_chunk := l_chunk || frameq._spec_int(layer, 'chunk', path, 1, 1, 100000);
+		spec_length := NULL;
+		IF l_chunk[i + 1] > 1 AND pg_catalog.strpos(l_command[i + 1], '#FRAMESPEC#') > 0 THEN
+			SELECT max(pg_catalog.octet_length(frameq._frame_spec(t.first, t.numbers)))
+			  INTO spec_length
+			  FROM frameq._frame_tasks(v #>> '{}', path || '.range', l_chunk[i + 1]) t;
+		END IF;
+		PERFORM frameq._check_command(l_command[i + 1], path, job_name, l_name[i + 1], low, high,
+									  spec_length);
 		IF n_layer <> n_distinct THEN
 			RAISE EXCEPTION '%.range lists a frame more than once', path
 				USING ERRCODE = 'invalid_parameter_value';
@@ -435,8 +502,14 @@ BEGIN
 		INSERT INTO frameq.layer_limit (layer, limit_id)
 		SELECT layer_id, lm.id FROM frameq.limits lm
 		 WHERE lm.name IN (SELECT jsonb_array_elements_text(l_limits[i]));
-		INSERT INTO frameq.frame (job, layer, number)
-		SELECT job_id, layer_id, n FROM frameq._frame_numbers(l_range[i], 'range') n;
+		IF l_chunk[i] = 1 THEN
+			INSERT INTO frameq.frame (job, layer, number)
+			SELECT job_id, layer_id, n FROM frameq._frame_numbers(l_range[i], 'range') n;
+		ELSE
+			INSERT INTO frameq.frame (job, layer, number, numbers)
+			SELECT job_id, layer_id, t.first, t.numbers
+			  FROM frameq._frame_tasks(l_range[i], 'range', l_chunk[i]) t;
+		END IF;
 	END LOOP;
 	RETURN job_id;
 END

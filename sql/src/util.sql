@@ -19,6 +19,7 @@
  *	layers per job											1,000
  *	limits per layer										12
  *	frames per job											1,000,000
+ *	frame numbers per task (a layer's chunk)				100,000
  *	a frame range's text									262,144 characters
  *	a whole job spec										64 MB
  *	a reason, a boot id										500 / 200 characters

@@ -5,15 +5,19 @@
  * ---------------------------------------------------------------------
  */
 
-/* every frame, with its proc and host while it runs */
+/*
+ * every frame row (a task: one frame number, or a chunk of them), with its
+ * proc and host while it runs; frame_number is the task's first number
+ */
 CREATE VIEW frameq.frames AS
 SELECT f.id AS frame, f.job, f.layer, f.number AS frame_number, f.state, f.retries,
-	   f.attempts, p.id AS proc, h.name AS host, p.state AS proc_state
+	   f.attempts, p.id AS proc, h.name AS host, p.state AS proc_state,
+	   frameq._frame_spec(f.number, f.numbers) AS frame_spec
   FROM frameq.frame f
   LEFT JOIN frameq.proc p ON p.frame = f.id
   LEFT JOIN frameq.host h ON h.id = p.host;
 
-/* each job's frames by state */
+/* each job's tasks by state, and how many frame numbers they hold */
 CREATE VIEW frameq.job_progress AS
 SELECT j.id AS job, j.name, j.state,
 	   count(f.id) AS total,
@@ -22,7 +26,8 @@ SELECT j.id AS job, j.name, j.state,
 	   count(f.id) FILTER (WHERE f.state = 'running') AS running,
 	   count(f.id) FILTER (WHERE f.state = 'succeeded') AS succeeded,
 	   count(f.id) FILTER (WHERE f.state = 'dead') AS dead,
-	   count(f.id) FILTER (WHERE f.state = 'eaten') AS eaten
+	   count(f.id) FILTER (WHERE f.state = 'eaten') AS eaten,
+	   count(f.id) + coalesce(sum(pg_catalog.cardinality(f.numbers) - 1), 0) AS frames_total
   FROM frameq.job j
   LEFT JOIN frameq.frame f ON f.job = j.id
  GROUP BY j.id;

@@ -323,6 +323,8 @@ INSERT INTO t46_calls (fn, who, code, want) VALUES
 	('runs', 't46_reader', $$SELECT * FROM frameq.runs$$, 'ok'),
 	('_ledger_parked', 't46_reader', $$SELECT * FROM frameq.dispatch_parked$$, 'ok'),
 	('depends', 't46_reader', $$SELECT * FROM frameq.depends$$, 'ok'),
+	('_frame_spec', 't46_reader', $$SELECT frame_spec FROM frameq.frames$$, 'ok'),
+	('_frame_spec', 't46_reader', $$SELECT frameq._frame_spec(7, '{7,9,11}'), frameq._frame_spec(7, '{7,3}')$$, 'ok'),
 	('check', 't46_admin', $$SELECT * FROM frameq.check()$$, 'ok');
 UPDATE t46_calls SET code = format('SELECT frameq.submit(%L::jsonb)', code) WHERE fn = 'submit';
 
