@@ -35,11 +35,14 @@
  * at once serialize on the task's row, and exactly one of them frees it.
  * A layer is done when none of its tasks is unfinished, which two
  * transactions ending its last two tasks could each fail to see (each
- * sees the other's task still running): so a transaction that finds no
- * other unfinished task it can lock (FOR SHARE SKIP LOCKED: a task it
- * locks cannot end before it commits) locks the dependency rows and looks
- * again with a new snapshot; of two such transactions the second sees the
- * first's end.  The gate reads the layer's count under FOR SHARE, so it
+ * sees the other's task still running).  So a transaction that ends one
+ * looks for another task of the layer that is waiting, depend or dead and
+ * that it can lock (FOR SHARE SKIP LOCKED: a task it holds cannot end
+ * before it commits); if there is none, only running tasks (or tasks
+ * others are changing) are left, and it locks the dependency rows and
+ * looks again with a new snapshot: of two such transactions the second
+ * sees the first's end.  The last running tasks of a prerequisite layer
+ * therefore end one transaction at a time.  The gate reads the layer's count under FOR SHARE, so it
  * waits for a transaction that is changing it.  Lock order: a task, then
  * dependency rows, then layer rows, then the layer's tasks.
  * ---------------------------------------------------------------------
@@ -128,10 +131,13 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	ids bigint[];
 BEGIN
-	/* an unfinished task no one else is ending: it cannot end before we commit */
+	/*
+	 * A task not running and not done that no one else is changing: held
+	 * (FOR SHARE), it cannot end before we commit.  A running task is not
+	 * held: its host's complete() would wait for us.
+	 */
 	PERFORM 1 FROM frameq.frame f
-	  WHERE f.layer = prereq_layer AND f.prereq
-		AND f.state IN ('waiting', 'depend', 'running', 'dead')
+	  WHERE f.layer = prereq_layer AND f.prereq AND f.state IN ('waiting', 'depend', 'dead')
 	  LIMIT 1 FOR SHARE SKIP LOCKED;
 	IF FOUND THEN
 		RETURN 0;
@@ -406,3 +412,186 @@ SELECT 'frame', f.job, f.layer, e.frame, p.job, p.layer, e.on_frame, e.satisfied
   FROM frameq.frame_depend e
   JOIN frameq.frame f ON f.id = e.frame
   JOIN frameq.frame p ON p.id = e.on_frame;
+
+/*
+ * ---------------------------------------------------------------------
+ * At submit (submit.sql)
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * spec.after_jobs: at most _max_job_depends() job ids, each of a job the
+ * caller may act on, not killed, none twice.
+ */
+CREATE FUNCTION frameq._spec_after_jobs(spec jsonb) RETURNS bigint[]
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	v jsonb := frameq._spec_value(spec, 'after_jobs', 'spec', 'array');
+	ids bigint[] := '{}';
+	e jsonb;
+	k int := 0;
+BEGIN
+	IF v IS NULL THEN
+		RETURN ids;
+	END IF;
+	IF jsonb_array_length(v) > frameq._max_job_depends() THEN
+		PERFORM frameq._too_big('spec.after_jobs', format('%s jobs, at most %s',
+								jsonb_array_length(v), frameq._max_job_depends()));
+	END IF;
+	FOR e IN SELECT x FROM jsonb_array_elements(v) x LOOP
+		IF jsonb_typeof(e) <> 'number' OR (e::numeric) <> trunc(e::numeric) OR (e::numeric) < 1
+		   OR (e::numeric) > 9223372036854775807 THEN
+			RAISE EXCEPTION 'spec.after_jobs[%] must be a job id, not %', k, frameq._clip(e::text)
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		IF (e::numeric)::bigint = ANY (ids) THEN
+			RAISE EXCEPTION 'spec.after_jobs names job % twice', e
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		PERFORM frameq._check_job_depend(NULL, (e::numeric)::bigint, format('spec.after_jobs[%s]', k));
+		ids := ids || (e::numeric)::bigint;
+		k := k + 1;
+	END LOOP;
+	RETURN ids;
+END
+$$;
+
+/*
+ * The order to write a job's layers' tasks in: every layer after the
+ * layers it waits for (after, after_frames), so that a frame-by-frame
+ * dependent's edges can be drawn as its tasks are written.  Refuses an
+ * unknown layer name (42704) and a cycle (42P17), naming the field.
+ * names, after and after_frames (jsonb arrays of names) are per layer, in
+ * spec order.
+ */
+CREATE FUNCTION frameq._layer_order(names text[], after jsonb[], after_frames jsonb[])
+RETURNS int[] LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	n int := cardinality(names);
+	waits int[] := array_fill(0, ARRAY[n]);
+	edges int[] := '{}';
+	done int[] := '{}';
+	ready int[];
+	i int;
+	k int;
+	field text;
+	nm text;
+BEGIN
+	/* edges, as (prerequisite, dependent) pairs of 1-based layer indexes */
+	FOR i IN 1 .. n LOOP
+		FOREACH field IN ARRAY ARRAY['after', 'after_frames'] LOOP
+			FOR nm IN SELECT jsonb_array_elements_text(CASE WHEN field = 'after' THEN after[i]
+															ELSE after_frames[i] END) LOOP
+				k := array_position(names, nm);
+				IF k IS NULL THEN
+					RAISE EXCEPTION 'spec.layers[%].%: layer "%" is not in this job', i - 1, field,
+						frameq._clip(nm) USING ERRCODE = 'undefined_object';
+				END IF;
+				IF k = i THEN
+					RAISE EXCEPTION 'spec.layers[%].%: layer "%" cannot wait for itself (a cycle)',
+						i - 1, field, frameq._clip(nm) USING ERRCODE = 'invalid_object_definition';
+				END IF;
+				edges := edges || ARRAY[k, i];
+				waits[i] := waits[i] + 1;
+			END LOOP;
+		END LOOP;
+	END LOOP;
+	/* Kahn: take the layers that wait for nothing not yet taken */
+	LOOP
+		ready := ARRAY(SELECT x FROM generate_series(1, n) x
+						WHERE waits[x] = 0 AND NOT x = ANY (done) ORDER BY x);
+		EXIT WHEN cardinality(ready) = 0;
+		done := done || ready;
+		FOR k IN 1 .. cardinality(edges) / 2 LOOP
+			IF edges[2 * k - 1] = ANY (ready) THEN
+				waits[edges[2 * k]] := waits[edges[2 * k]] - 1;
+			END IF;
+		END LOOP;
+	END LOOP;
+	IF cardinality(done) < n THEN
+		i := (SELECT min(x) FROM generate_series(1, n) x WHERE NOT x = ANY (done));
+		RAISE EXCEPTION 'spec.layers[%]: its dependencies make a cycle', i - 1
+			USING ERRCODE = 'invalid_object_definition',
+				  DETAIL = format('Layers %s wait for each other.',
+								  (SELECT string_agg(format('"%s"', frameq._clip(names[x])), ', ' ORDER BY x)
+									 FROM generate_series(1, n) x WHERE NOT x = ANY (done)));
+	END IF;
+	RETURN done;
+END
+$$;
+
+/*
+ * Record a new job's dependencies on jobs (checked by _spec_after_jobs);
+ * returns how many are not met yet.  Each job named is locked (SHARE) so
+ * that its finish cannot pass the new row unseen.
+ */
+CREATE FUNCTION frameq._submit_job_depends(job bigint, after_jobs bigint[]) RETURNS int
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	unmet int := 0;
+	on_job bigint;
+	done bool;
+BEGIN
+	FOREACH on_job IN ARRAY after_jobs LOOP
+		PERFORM 1 FROM frameq.job j WHERE j.id = on_job FOR SHARE;
+		done := EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = on_job AND j.state = 'finished')
+				AND NOT EXISTS (SELECT 1 FROM frameq.frame f WHERE f.job = on_job AND f.state = 'dead');
+		INSERT INTO frameq.depend (kind, job, on_job, satisfied) VALUES ('job', job, on_job, done);
+		IF NOT done THEN
+			unmet := unmet + 1;
+		END IF;
+	END LOOP;
+	RETURN unmet;
+END
+$$;
+
+/*
+ * Write a layer's tasks (submit): 'depend' if the layer is held (held) or
+ * the task waits for a task of a layer in pre (after_frames, whose tasks
+ * are written already), else 'waiting'; prereq if the layer is one other
+ * layers wait for.  A task waits for every task of those layers that holds
+ * one of its frame numbers; its edges are written with it.
+ */
+CREATE FUNCTION frameq._insert_tasks(job bigint, layer bigint, frame_range text, chunk int,
+									 held bool, prereq bool, pre bigint[])
+RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	st text := CASE WHEN held THEN 'depend' ELSE 'waiting' END;
+BEGIN
+	IF cardinality(pre) = 0 THEN
+		IF chunk = 1 THEN
+			INSERT INTO frameq.frame (job, layer, number, state, prereq)
+			SELECT job, layer, n, st, prereq FROM frameq._frame_numbers(frame_range, 'range') n;
+		ELSE
+			INSERT INTO frameq.frame (job, layer, number, numbers, state, prereq)
+			SELECT job, layer, t.first, t.numbers, st, prereq
+			  FROM frameq._frame_tasks(frame_range, 'range', chunk) t;
+		END IF;
+		RETURN;
+	END IF;
+	WITH pm AS (
+			SELECT p.id, x.n FROM frameq.frame p
+			 CROSS JOIN LATERAL unnest(coalesce(p.numbers, ARRAY[p.number])) x(n)
+			 WHERE p.layer = ANY (pre)),
+		 tt AS (
+			SELECT t.first, t.numbers FROM frameq._frame_tasks(frame_range, 'range', chunk) t),
+		 e AS (
+			SELECT DISTINCT tt.first, pm.id AS on_frame
+			  FROM tt CROSS JOIN LATERAL unnest(coalesce(tt.numbers, ARRAY[tt.first])) x(n)
+			  JOIN pm ON pm.n = x.n),
+		 c AS (SELECT e.first, count(*)::int AS n FROM e GROUP BY e.first),
+		 ins AS (
+			INSERT INTO frameq.frame (job, layer, number, numbers, state, prereq, deps_left)
+			SELECT _insert_tasks.job, _insert_tasks.layer, tt.first, tt.numbers,
+				   CASE WHEN held OR c.n IS NOT NULL THEN 'depend' ELSE 'waiting' END,
+				   _insert_tasks.prereq, coalesce(c.n, 0)
+			  FROM tt LEFT JOIN c ON c.first = tt.first
+			RETURNING id, number)
+	INSERT INTO frameq.frame_depend (on_frame, frame)
+	SELECT e.on_frame, ins.id FROM e JOIN ins ON ins.number = e.first;
+END
+$$;
+
+/* the most frame-by-frame dependencies one submit may draw (frames x after_frames layers) */
+CREATE FUNCTION frameq._max_frame_edges() RETURNS bigint
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 4000000::bigint $$;

@@ -331,6 +331,14 @@ DECLARE
 	l_tags jsonb[] := '{}';
 	l_limits jsonb[] := '{}';
 	l_chunk int[] := '{}';
+	l_after jsonb[] := '{}';
+	l_after_frames jsonb[] := '{}';
+	l_count bigint[] := '{}';
+	l_id bigint[] := '{}';
+	after_jobs bigint[];
+	unmet_jobs int;
+	write_order int[];
+	edge_bound bigint := 0;
 	spec_length int;
 	v jsonb;
 	n_frames bigint := 0;
@@ -350,7 +358,7 @@ BEGIN
 		PERFORM frameq._too_big('spec', 'more than 64 MB');
 	END IF;
 	PERFORM frameq._spec_unknown(spec, ARRAY['show', 'folder', 'name', 'priority',
-		'max_retries', 'auto_eat', 'max_cores', 'max_gpus', 'paused', 'layers'], 'spec');
+		'max_retries', 'auto_eat', 'max_cores', 'max_gpus', 'paused', 'layers', 'after_jobs'], 'spec');
 
 	v := frameq._spec_value(spec, 'show', 'spec', 'string');
 	IF v IS NULL THEN
@@ -385,6 +393,7 @@ BEGIN
 	max_cc := frameq._cc(frameq._spec_value(spec, 'max_cores', 'spec', 'number')::numeric,
 						 'spec.max_cores');
 	max_gpus := frameq._spec_int(spec, 'max_gpus', 'spec', NULL, 0, 100000);
+	after_jobs := frameq._spec_after_jobs(spec);
 
 	layers := frameq._spec_value(spec, 'layers', 'spec', 'array');
 	IF layers IS NULL OR jsonb_array_length(layers) = 0 THEN
@@ -403,7 +412,7 @@ BEGIN
 		END IF;
 		PERFORM frameq._spec_unknown(layer, ARRAY['name', 'command', 'range', 'cores',
 			'cores_max', 'threadable', 'memory', 'gpus', 'gpu_memory', 'tags', 'limits',
-			'dispatch_order', 'env', 'chunk'], path);
+			'dispatch_order', 'env', 'chunk', 'after', 'after_frames'], path);
 
 		v := frameq._spec_value(layer, 'name', path, 'string');
 		IF v IS NULL OR v #>> '{}' = '' THEN
@@ -431,6 +440,7 @@ BEGIN
 		SELECT count(*), count(DISTINCT n), min(n), max(n) INTO n_layer, n_distinct, low, high
 		  FROM frameq._frame_numbers(v #>> '{}', path || '.range') n;
 		n_frames := n_frames + n_layer;
+		l_count := l_count || n_layer;
 		/* frame numbers per task; a chunk past the layer's frames is one task */
 		l_chunk := l_chunk || frameq._spec_int(layer, 'chunk', path, 1, 1, 100000);
 		spec_length := NULL;
@@ -470,6 +480,9 @@ BEGIN
 		l_tags := l_tags || to_jsonb(frameq._tags(frameq._spec_tags(layer, 'tags', path), path || '.tags'));
 		l_env := l_env || frameq._check_env(frameq._spec_value(layer, 'env', path, 'object'), path);
 		l_limits := l_limits || to_jsonb(frameq._spec_tags(layer, 'limits', path));
+		l_after := l_after || to_jsonb(frameq._spec_tags(layer, 'after', path));
+		l_after_frames := l_after_frames || to_jsonb(frameq._spec_tags(layer, 'after_frames', path));
+		edge_bound := edge_bound + n_layer * jsonb_array_length(l_after_frames[i + 1]);
 		IF jsonb_array_length(l_limits[i + 1]) > 12 THEN
 			PERFORM frameq._too_big(path || '.limits',
 				pg_catalog.format('%s limits, at most 12', jsonb_array_length(l_limits[i + 1])));
@@ -484,6 +497,13 @@ BEGIN
 	IF n_frames > 1000000 THEN
 		PERFORM frameq._too_big('spec.layers', 'more than 1000000 frames in all');
 	END IF;
+	/* dependencies: names known, no cycle, and a bound on frame-by-frame edges */
+	write_order := frameq._layer_order(l_name, l_after, l_after_frames);
+	IF edge_bound > frameq._max_frame_edges() THEN
+		PERFORM frameq._too_big('spec.layers', pg_catalog.format(
+			'up to %s frame-by-frame dependencies (frames times after_frames layers), at most %s',
+			edge_bound, frameq._max_frame_edges()));
+	END IF;
 
 	/* everything checked: write */
 	INSERT INTO frameq.job AS j (show, folder, name, priority, max_retries, auto_eat,
@@ -492,24 +512,34 @@ BEGIN
 			max_cc, max_gpus, CASE WHEN paused THEN 'paused' ELSE 'active' END)
 	RETURNING j.id INTO job_id;
 
+	unmet_jobs := frameq._submit_job_depends(job_id, after_jobs);
+
 	FOR i IN 1 .. array_length(l_name, 1) LOOP
 		INSERT INTO frameq.layer (job, name, command, dispatch_order, min_cc, max_cc,
-								  threadable, memory, gpus, gpu_memory, tags, env)
+								  threadable, memory, gpus, gpu_memory, tags, env, deps_left)
 		VALUES (job_id, l_name[i], l_command[i], l_order[i], l_min_cc[i], l_max_cc[i],
 				l_threadable[i], l_memory[i], l_gpus[i], l_gpu_memory[i],
-				ARRAY(SELECT jsonb_array_elements_text(l_tags[i])), l_env[i])
+				ARRAY(SELECT jsonb_array_elements_text(l_tags[i])), l_env[i],
+				unmet_jobs + jsonb_array_length(l_after[i]))
 		RETURNING layer.id INTO layer_id;
+		l_id := l_id || layer_id;
 		INSERT INTO frameq.layer_limit (layer, limit_id)
 		SELECT layer_id, lm.id FROM frameq.limits lm
 		 WHERE lm.name IN (SELECT jsonb_array_elements_text(l_limits[i]));
-		IF l_chunk[i] = 1 THEN
-			INSERT INTO frameq.frame (job, layer, number)
-			SELECT job_id, layer_id, n FROM frameq._frame_numbers(l_range[i], 'range') n;
-		ELSE
-			INSERT INTO frameq.frame (job, layer, number, numbers)
-			SELECT job_id, layer_id, t.first, t.numbers
-			  FROM frameq._frame_tasks(l_range[i], 'range', l_chunk[i]) t;
-		END IF;
+	END LOOP;
+	/* layer on layer: a dependency row each */
+	INSERT INTO frameq.depend (kind, job, layer, on_job, on_layer)
+	SELECT 'layer', job_id, l_id[x], job_id, l_id[array_position(l_name, a)]
+	  FROM generate_series(1, array_length(l_name, 1)) x
+	 CROSS JOIN LATERAL jsonb_array_elements_text(l_after[x]) a;
+	/* the tasks, every layer after those it waits for frame by frame */
+	FOREACH i IN ARRAY write_order LOOP
+		PERFORM frameq._insert_tasks(job_id, l_id[i], l_range[i], l_chunk[i],
+			unmet_jobs + jsonb_array_length(l_after[i]) > 0,
+			EXISTS (SELECT 1 FROM generate_series(1, array_length(l_name, 1)) x
+					 WHERE l_after[x] ? l_name[i] OR l_after_frames[x] ? l_name[i]),
+			ARRAY(SELECT l_id[array_position(l_name, a)]
+					FROM jsonb_array_elements_text(l_after_frames[i]) a));
 	END LOOP;
 	RETURN job_id;
 END

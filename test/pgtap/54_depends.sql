@@ -12,7 +12,7 @@
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(71);
+SELECT plan(74);
 
 SELECT * FROM fqtest.farm('t54', cores => '{8,8}') \gset
 
@@ -28,11 +28,12 @@ LANGUAGE sql AS $$
 	SELECT string_agg(f.state, ',' ORDER BY f.number) FROM frameq.frame f
 	  JOIN frameq.layer l ON l.id = f.layer WHERE f.job = states.job AND l.name = states.layer
 $$;
-/* book every bookable task on host 1 and return (layer name, number) of each */
-CREATE FUNCTION pg_temp.book(tok text, epoch bigint) RETURNS text
+/* book what host 1 can take; (layer name, number) of each task booked, of one job if named */
+CREATE FUNCTION pg_temp.book(tok text, epoch bigint, job bigint DEFAULT NULL) RETURNS text
 LANGUAGE sql AS $$
 	SELECT coalesce(string_agg(l.name || ' ' || b.frame_number, ',' ORDER BY l.name, b.frame_number), '')
 	  FROM frameq.reserve('t54-h1', tok, epoch, 100) b JOIN frameq.layer l ON l.id = b.layer
+	 WHERE book.job IS NULL OR b.job = book.job
 $$;
 /* report a task's proc finished with this exit status */
 CREATE FUNCTION pg_temp.done(tok text, epoch bigint, job bigint, layer text, number int, status int DEFAULT 0)
@@ -97,7 +98,8 @@ SELECT frameq.submit($${"show": "t54show", "name": "deadpipe", "priority": 60, "
 	"layers": [{"name": "render", "command": "r", "range": "1-2"},
 			   {"name": "comp", "command": "c", "range": "1-2", "after_frames": ["render"]},
 			   {"name": "all", "command": "a", "range": "1", "after": ["render"]}]}$$) AS dp \gset
-SELECT is(pg_temp.book(:'tok1', :epoch1), 'render 1,render 2', 'deadpipe: its render frames are booked');
+SELECT is(pg_temp.book(:'tok1', :epoch1, :dp), 'render 1,render 2',
+	'deadpipe (first in policy order): its render frames are booked, nothing that depends');
 SELECT is(pg_temp.done(:'tok1', :epoch1, :dp, 'render', 1, 1), 'accepted', 'render 1 fails (no retries)');
 SELECT is(pg_temp.st(:dp, 'render', 1), 'dead', 'render 1 is dead');
 SELECT is(pg_temp.st(:dp, 'comp', 1), 'depend', 'comp 1 stays depend: a dead prerequisite holds it');

@@ -161,11 +161,15 @@ def rows(t):
     return [r[0] for r in q("SELECT (SELECT jsonb_object_agg(k, to_jsonb(t) -> k) FROM unnest(%s::text[]) k)::text"
                             "  FROM frameq." + t + " t ORDER BY 1", COLS[t])]
 
+SEQS = [r[0] for r in q("SELECT sequencename::text FROM pg_sequences WHERE schemaname = 'frameq'")]
+
 def snapshot():
+    """the rows of the 0.1.0 tables and sequences (later steps add their own)"""
     s = {t: rows(t) for t in TABLES}
     s["ledger()"] = [str(r) for r in q("SELECT * FROM frameq.ledger() ORDER BY 1, 2, 3")]
     s["sequences"] = [str(r) for r in q("SELECT sequencename, last_value FROM pg_sequences"
-                                        " WHERE schemaname = 'frameq' ORDER BY 1")]
+                                        " WHERE schemaname = 'frameq' AND sequencename = ANY (%s)"
+                                        " ORDER BY 1", SEQS)]
     return s
 
 before = snapshot()
