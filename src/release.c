@@ -908,7 +908,10 @@ frameq_proc_no_truncate(PG_FUNCTION_ARGS)
 
 /*
  * Delete one proc, saying why.  Returns whether a proc was deleted.  The
- * caller is connected to SPI.
+ * caller is connected to SPI.  An invalid ledger is rebuilt first, not by
+ * the delete's statement trigger, which runs holding the proc table's
+ * RowExclusiveLock that the rebuild waits for in others (procs.sql,
+ * _ledger_ensure).
  */
 void
 frameq_release_with(const ReleaseContext *ctx)
@@ -916,6 +919,8 @@ frameq_release_with(const ReleaseContext *ctx)
 	static SPIPlanPtr plan = NULL;
 	Datum		args[1];
 	int			ret;
+
+	frameq_ledger_ensure_valid();
 
 	if (plan == NULL)
 	{

@@ -38,6 +38,9 @@
  * notification only makes the agent heartbeat now (at most once per
  * HINT_GAP_NS, 100 ms, however many arrive), and only the kill orders in
  * the answer to the agent's own, token-authenticated call stop a render.
+ * The same holds for frameq_ready (tasks became bookable without a
+ * release: a submit, a dependency met by an operator): it only makes the
+ * agent reserve sooner, at most once per HINT_GAP_NS, if it has room.
  *
  * The host token: a call refused with 28P01 (the token is wrong, e.g. it
  * was rotated) makes the agent read its token file again, once, and retry
@@ -95,6 +98,7 @@ static int64_t lease_deadline;	/* what the supervisors hold (see above) */
 static int64_t launch_hold_until;	/* no reserve after a launch error */
 static int64_t next_heartbeat;	/* also: next attach attempt */
 static int64_t next_reserve;
+static int64_t last_reserve_at;	/* when the last reserve was sent */
 static int64_t next_connect;
 static int	connect_failures;
 static char channel[96];
@@ -711,6 +715,7 @@ do_reserve(void)
 
 	if (!have_room(&max_frames))
 		return;
+	last_reserve_at = lease_clock_ns();
 	if (!(res = call_reserve(max_frames)))
 		return;
 	now = lease_clock_ns();
@@ -733,6 +738,15 @@ on_notify(const char *chan, const char *payload)
 {
 	char		shown[80];
 
+	if (strcmp(chan, "frameq_ready") == 0)
+	{
+		/* work to book, perhaps: ask at once, or a gap after the last ask */
+		int64_t		soon = last_reserve_at + HINT_GAP_NS;
+
+		if (soon < next_reserve)
+			next_reserve = soon;
+		return;
+	}
 	if (!channel[0] || strcmp(chan, channel) != 0)
 		return;
 	hint_count++;
@@ -958,12 +972,12 @@ listen_if_needed(void)
 
 	if (listening || !channel[0])
 		return true;
-	ok = db_listen(channel);
+	ok = db_listen(channel) && db_listen("frameq_ready");
 	if (!db_connected())
 		return false;
 	listening = true;
 	if (ok)
-		log_event("listening", "channel=%s", channel);
+		log_event("listening", "channel=%s ready=frameq_ready", channel);
 	return true;
 }
 

@@ -1,9 +1,10 @@
 /*
  * Dependencies (sql/src/depends.sql): job after_jobs, layer after and
- * after_frames, depend_job(), drop_depends(), the depends view; the
- * columns and tables that keep them; submit() and check() that know them.
- * No frame of a job submitted before this step depends on anything: every
- * count starts at 0.
+ * after_frames, depend_job(), drop_depends(), the depends view, and
+ * frameq_ready; the columns and tables that keep them; submit(), set_job(),
+ * check() and the operator's frame actions that know them.  No frame of a
+ * job submitted before this step depends on anything: every count starts
+ * at 0.
  */
 ALTER TABLE frameq.frame ADD COLUMN deps_left int NOT NULL DEFAULT 0 CHECK (deps_left >= 0),
 	ADD COLUMN prereq bool NOT NULL DEFAULT false;
@@ -42,22 +43,47 @@ CREATE FUNCTION frameq._released_in_xact() RETURNS bool
 	SET search_path = pg_catalog, pg_temp;
 
 /*
+ * Tasks of a layer became bookable in this transaction: say so on
+ * frameq_ready, unless the transaction released a proc (its frameq_release
+ * says it then).  A hint for agents; nothing depends on its arrival.
+ */
+CREATE FUNCTION frameq._announce_ready(job bigint, layer bigint, count bigint) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	IF count > 0 AND NOT frameq._released_in_xact() THEN
+		PERFORM pg_notify('frameq_ready',
+						  json_build_object('job', job, 'layer', layer, 'count', count)::text);
+	END IF;
+END
+$$;
+
+/* a job's layers with waiting tasks, announced (submit, a job resumed) */
+CREATE FUNCTION frameq._announce_job_ready(job bigint) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	SELECT frameq._announce_ready(job, l.id, w.n)
+	  FROM frameq.layer l
+	 CROSS JOIN LATERAL (SELECT count(*) AS n FROM frameq.frame f
+						  WHERE f.layer = l.id AND f.state = 'waiting') w
+	 WHERE l.job = _announce_job_ready.job AND w.n > 0
+	   AND EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = _announce_job_ready.job AND j.state = 'active')
+	 ORDER BY l.id
+$$;
+
+/*
  * Make these 'depend' tasks 'waiting' if nothing holds them any more;
  * returns how many.  Their layers get their dispatch hints lowered and are
- * queued (frame_queue_waiting); a transaction that released no proc
- * announces them on frameq_ready, one notification per layer.
+ * queued (frame_queue_waiting), and are announced, one notification per
+ * layer.
  */
 CREATE FUNCTION frameq._free_tasks(tasks bigint[]) RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	r record;
 	n bigint := 0;
-	announce bool;
 BEGIN
 	IF tasks IS NULL OR cardinality(tasks) = 0 THEN
 		RETURN 0;
 	END IF;
-	announce := NOT frameq._released_in_xact();
 	FOR r IN WITH freed AS (
 				UPDATE frameq.frame f SET state = 'waiting', version = f.version + 1
 				 WHERE f.id = ANY (tasks) AND f.state = 'depend' AND f.deps_left = 0
@@ -66,10 +92,7 @@ BEGIN
 			   FROM freed x WHERE x.state = 'waiting'
 			  GROUP BY x.job, x.layer LOOP
 		PERFORM frameq._frame_waiting(r.layer, r.low);
-		IF announce THEN
-			PERFORM pg_notify('frameq_ready',
-							  json_build_object('job', r.job, 'layer', r.layer, 'count', r.freed)::text);
-		END IF;
+		PERFORM frameq._announce_ready(r.job, r.layer, r.freed);
 		n := n + r.freed;
 	END LOOP;
 	RETURN n;
@@ -119,10 +142,13 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	ids bigint[];
 BEGIN
-	/* an unfinished task no one else is ending: it cannot end before we commit */
+	/*
+	 * A task not running and not done that no one else is changing: held
+	 * (FOR SHARE), it cannot end before we commit.  A running task is not
+	 * held: its host's complete() would wait for us.
+	 */
 	PERFORM 1 FROM frameq.frame f
-	  WHERE f.layer = prereq_layer AND f.prereq
-		AND f.state IN ('waiting', 'depend', 'running', 'dead')
+	  WHERE f.layer = prereq_layer AND f.prereq AND f.state IN ('waiting', 'depend', 'dead')
 	  LIMIT 1 FOR SHARE SKIP LOCKED;
 	IF FOUND THEN
 		RETURN 0;
@@ -822,7 +848,108 @@ BEGIN
 			ARRAY(SELECT l_id[array_position(l_name, a)]
 					FROM jsonb_array_elements_text(l_after_frames[i]) a));
 	END LOOP;
+	PERFORM frameq._announce_job_ready(job_id);
 	RETURN job_id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.set_job(job bigint, priority int DEFAULT NULL,
+							   max_cores numeric DEFAULT NULL, max_gpus int DEFAULT NULL,
+							   paused bool DEFAULT NULL, clear_caps bool DEFAULT false)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	j frameq.job;
+	cap_cc int := frameq._cc(max_cores, 'max_cores');
+	caps_changed bool := clear_caps OR max_cores IS NOT NULL OR max_gpus IS NOT NULL;
+	was_paused bool;
+BEGIN
+	PERFORM frameq._authorize_job(job);
+	PERFORM frameq._nonneg(max_gpus, 'max_gpus', 100000);
+	IF priority NOT BETWEEN -1000000 AND 1000000 THEN
+		RAISE EXCEPTION 'priority must be from -1000000 to 1000000, not %', priority
+			USING ERRCODE = CASE WHEN priority > 0 THEN 'program_limit_exceeded'
+								 ELSE 'invalid_parameter_value' END;
+	END IF;
+	PERFORM frameq._not_null(clear_caps, 'clear_caps');
+	SELECT * INTO j FROM frameq.job x WHERE x.id = frameq._not_null(set_job.job, 'job')
+	   FOR NO KEY UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	was_paused := j.state = 'paused';
+	IF paused IS NOT NULL AND j.state IN ('finished', 'killed') THEN
+		RAISE EXCEPTION 'job % is %: it cannot be paused or resumed', job, j.state
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	UPDATE frameq.job x SET
+		priority = coalesce(set_job.priority, x.priority),
+		max_cc = CASE WHEN clear_caps THEN cap_cc ELSE coalesce(cap_cc, x.max_cc) END,
+		max_gpus = CASE WHEN clear_caps THEN set_job.max_gpus
+						ELSE coalesce(set_job.max_gpus, x.max_gpus) END,
+		state = CASE WHEN set_job.paused IS NULL THEN x.state
+					 WHEN set_job.paused THEN 'paused' ELSE 'active' END,
+		caps_changed_at = CASE WHEN caps_changed THEN clock_timestamp() ELSE x.caps_changed_at END
+	 WHERE x.id = set_job.job
+	RETURNING * INTO j;
+	IF caps_changed THEN
+		PERFORM pg_notify('frameq_limit', json_build_object(
+			'kind', 'job', 'id', job, 'max_cores', j.max_cc / 100.0, 'max_gpus', j.max_gpus)::text);
+	END IF;
+	IF was_paused AND j.state = 'active' THEN
+		PERFORM frameq._announce_job_ready(j.id);
+	END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq._frame_action(frame bigint, reason text, want text, from_states text[],
+									 target text)
+RETURNS text LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	f frameq.frame;
+	p bigint;
+BEGIN
+	FOR attempt IN 1 .. 100 LOOP
+		SELECT x.id INTO p FROM frameq.proc x WHERE x.frame = _frame_action.frame;
+		IF FOUND AND frameq._kill_order(p, reason, want) THEN
+			RETURN 'kill order';
+		END IF;
+		/* an operator's retry of a finished frame gives it its retries back */
+		UPDATE frameq.frame x SET state = target, version = x.version + 1,
+			   retries = CASE WHEN target = 'waiting' THEN 0 ELSE x.retries END
+		 WHERE x.id = _frame_action.frame AND x.state = ANY (from_states)
+		RETURNING * INTO f;
+		IF FOUND THEN
+			IF target = 'waiting' THEN
+				PERFORM frameq._frame_waiting(f.layer, f.number);
+				UPDATE frameq.job j SET state = 'active', finished_at = NULL
+				 WHERE j.id = f.job AND j.state = 'finished';
+				IF f.state = 'waiting' AND EXISTS (SELECT 1 FROM frameq.job j
+													WHERE j.id = f.job AND j.state = 'active') THEN
+					PERFORM frameq._announce_ready(f.job, f.layer, 1);
+				END IF;
+			ELSE
+				/*
+				 * A completion in flight may have seen this frame still
+				 * waiting and left the job open: wait for every one of them
+				 * (a release deletes its proc row, which our KEY SHARE lock
+				 * waits for) before deciding whether the job is finished.
+				 */
+				PERFORM 1 FROM frameq.proc x WHERE x.job = f.job FOR KEY SHARE;
+				PERFORM frameq._finish_job_if_done(f.job);
+			END IF;
+			RETURN target;
+		END IF;
+		SELECT * INTO f FROM frameq.frame x WHERE x.id = _frame_action.frame;
+		IF NOT FOUND THEN
+			RAISE EXCEPTION 'frame % does not exist', frame USING ERRCODE = 'undefined_object';
+		END IF;
+		IF f.state <> 'running' THEN
+			RETURN 'nothing';	/* already in a state this action leaves alone */
+		END IF;
+		/* running but its proc went away between our looks: look again */
+	END LOOP;
+	RAISE EXCEPTION 'frame % kept changing state', frame USING ERRCODE = 'lock_not_available';
 END
 $$;
 
@@ -1060,13 +1187,25 @@ SELECT pg_catalog.pg_extension_config_dump('frameq.depend_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('frameq.frame_depend', '');
 
 REVOKE ALL ON FUNCTION
-	frameq._released_in_xact(), frameq._free_tasks(bigint[]), frameq._meet_depends(bigint[]),
-	frameq._layer_maybe_done(bigint), frameq._job_maybe_done(bigint), frameq._prereq_done(),
-	frameq._dead_eaten(), frameq._job_prereq_done(), frameq._frame_gate(),
-	frameq._job_reaches(bigint, bigint), frameq._max_job_depends(),
-	frameq._add_job_depend(bigint, bigint), frameq._check_job_depend(bigint, bigint, text),
-	frameq.depend_job(bigint, bigint), frameq.drop_depends(bigint, text),
-	frameq._spec_after_jobs(jsonb), frameq._layer_order(text[], jsonb[], jsonb[]),
+	frameq._released_in_xact(),
+	frameq._announce_ready(bigint, bigint, bigint),
+	frameq._announce_job_ready(bigint),
+	frameq._free_tasks(bigint[]),
+	frameq._meet_depends(bigint[]),
+	frameq._layer_maybe_done(bigint),
+	frameq._job_maybe_done(bigint),
+	frameq._prereq_done(),
+	frameq._dead_eaten(),
+	frameq._job_prereq_done(),
+	frameq._frame_gate(),
+	frameq._job_reaches(bigint, bigint),
+	frameq._max_job_depends(),
+	frameq._add_job_depend(bigint, bigint),
+	frameq._check_job_depend(bigint, bigint, text),
+	frameq.depend_job(bigint, bigint),
+	frameq.drop_depends(bigint, text),
+	frameq._spec_after_jobs(jsonb),
+	frameq._layer_order(text[], jsonb[], jsonb[]),
 	frameq._submit_job_depends(bigint, bigint[]),
 	frameq._insert_tasks(bigint, bigint, text, int, bool, bool, bigint[]),
 	frameq._max_frame_edges()

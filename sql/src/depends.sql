@@ -54,22 +54,47 @@ CREATE FUNCTION frameq._released_in_xact() RETURNS bool
 	SET search_path = pg_catalog, pg_temp;
 
 /*
+ * Tasks of a layer became bookable in this transaction: say so on
+ * frameq_ready, unless the transaction released a proc (its frameq_release
+ * says it then).  A hint for agents; nothing depends on its arrival.
+ */
+CREATE FUNCTION frameq._announce_ready(job bigint, layer bigint, count bigint) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	IF count > 0 AND NOT frameq._released_in_xact() THEN
+		PERFORM pg_notify('frameq_ready',
+						  json_build_object('job', job, 'layer', layer, 'count', count)::text);
+	END IF;
+END
+$$;
+
+/* a job's layers with waiting tasks, announced (submit, a job resumed) */
+CREATE FUNCTION frameq._announce_job_ready(job bigint) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	SELECT frameq._announce_ready(job, l.id, w.n)
+	  FROM frameq.layer l
+	 CROSS JOIN LATERAL (SELECT count(*) AS n FROM frameq.frame f
+						  WHERE f.layer = l.id AND f.state = 'waiting') w
+	 WHERE l.job = _announce_job_ready.job AND w.n > 0
+	   AND EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = _announce_job_ready.job AND j.state = 'active')
+	 ORDER BY l.id
+$$;
+
+/*
  * Make these 'depend' tasks 'waiting' if nothing holds them any more;
  * returns how many.  Their layers get their dispatch hints lowered and are
- * queued (frame_queue_waiting); a transaction that released no proc
- * announces them on frameq_ready, one notification per layer.
+ * queued (frame_queue_waiting), and are announced, one notification per
+ * layer.
  */
 CREATE FUNCTION frameq._free_tasks(tasks bigint[]) RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	r record;
 	n bigint := 0;
-	announce bool;
 BEGIN
 	IF tasks IS NULL OR cardinality(tasks) = 0 THEN
 		RETURN 0;
 	END IF;
-	announce := NOT frameq._released_in_xact();
 	FOR r IN WITH freed AS (
 				UPDATE frameq.frame f SET state = 'waiting', version = f.version + 1
 				 WHERE f.id = ANY (tasks) AND f.state = 'depend' AND f.deps_left = 0
@@ -78,10 +103,7 @@ BEGIN
 			   FROM freed x WHERE x.state = 'waiting'
 			  GROUP BY x.job, x.layer LOOP
 		PERFORM frameq._frame_waiting(r.layer, r.low);
-		IF announce THEN
-			PERFORM pg_notify('frameq_ready',
-							  json_build_object('job', r.job, 'layer', r.layer, 'count', r.freed)::text);
-		END IF;
+		PERFORM frameq._announce_ready(r.job, r.layer, r.freed);
 		n := n + r.freed;
 	END LOOP;
 	RETURN n;

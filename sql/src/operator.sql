@@ -54,6 +54,10 @@ BEGIN
 				PERFORM frameq._frame_waiting(f.layer, f.number);
 				UPDATE frameq.job j SET state = 'active', finished_at = NULL
 				 WHERE j.id = f.job AND j.state = 'finished';
+				IF f.state = 'waiting' AND EXISTS (SELECT 1 FROM frameq.job j
+													WHERE j.id = f.job AND j.state = 'active') THEN
+					PERFORM frameq._announce_ready(f.job, f.layer, 1);
+				END IF;
 			ELSE
 				/*
 				 * A completion in flight may have seen this frame still

@@ -541,6 +541,7 @@ BEGIN
 			ARRAY(SELECT l_id[array_position(l_name, a)]
 					FROM jsonb_array_elements_text(l_after_frames[i]) a));
 	END LOOP;
+	PERFORM frameq._announce_job_ready(job_id);
 	RETURN job_id;
 END
 $$;
@@ -559,6 +560,7 @@ DECLARE
 	j frameq.job;
 	cap_cc int := frameq._cc(max_cores, 'max_cores');
 	caps_changed bool := clear_caps OR max_cores IS NOT NULL OR max_gpus IS NOT NULL;
+	was_paused bool;
 BEGIN
 	PERFORM frameq._authorize_job(job);
 	PERFORM frameq._nonneg(max_gpus, 'max_gpus', 100000);
@@ -573,6 +575,7 @@ BEGIN
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
 	END IF;
+	was_paused := j.state = 'paused';
 	IF paused IS NOT NULL AND j.state IN ('finished', 'killed') THEN
 		RAISE EXCEPTION 'job % is %: it cannot be paused or resumed', job, j.state
 			USING ERRCODE = 'object_not_in_prerequisite_state';
@@ -590,6 +593,9 @@ BEGIN
 	IF caps_changed THEN
 		PERFORM pg_notify('frameq_limit', json_build_object(
 			'kind', 'job', 'id', job, 'max_cores', j.max_cc / 100.0, 'max_gpus', j.max_gpus)::text);
+	END IF;
+	IF was_paused AND j.state = 'active' THEN
+		PERFORM frameq._announce_job_ready(j.id);
 	END IF;
 END
 $$;

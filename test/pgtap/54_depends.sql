@@ -12,7 +12,7 @@
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(74);
+SELECT plan(87);
 
 SELECT * FROM fqtest.farm('t54', cores => '{8,8}') \gset
 
@@ -169,6 +169,29 @@ SELECT is(pg_temp.states(:two, 'c'), 'depend', 'layer c keeps its dependency');
 SELECT fqtest.refuses(format('SELECT frameq.drop_depends(%s, ''nope'')', :two), '42704', '%no layer "nope"%',
 	'drop_depends of a layer the job does not have');
 
+/* ------------------------------------------------ frame by frame, chunked */
+SELECT frameq.submit($${"show": "t54show", "name": "chunky", "priority": -10,
+	"layers": [{"name": "render", "command": "r", "range": "1-10"},
+			   {"name": "comp", "command": "c #FRAMESPEC#", "range": "1-10", "chunk": 5,
+				"after_frames": ["render"]},
+			   {"name": "big", "command": "b", "range": "1-10", "chunk": 3},
+			   {"name": "den", "command": "d", "range": "4-5,11", "after_frames": ["big"]}]}$$) AS ch \gset
+SELECT results_eq(format($$SELECT f.number, f.deps_left FROM frameq.frame f JOIN frameq.layer l ON l.id = f.layer
+						   WHERE f.job = %s AND l.name = 'comp' ORDER BY 1$$, :ch),
+	$$VALUES (1, 5), (6, 5)$$, 'a chunk of 5 after an unchunked layer waits for its 5 frames');
+SELECT results_eq(format($$SELECT f.number, f.deps_left, f.state FROM frameq.frame f JOIN frameq.layer l ON l.id = f.layer
+						   WHERE f.job = %s AND l.name = 'den' ORDER BY 1$$, :ch),
+	$$VALUES (4, 1, 'depend'), (5, 1, 'depend'), (11, 0, 'waiting')$$,
+	'frames 4 and 5 wait for the chunk 4-6 that holds them; 11, which big lacks, waits for nothing');
+SELECT lives_ok(format('SELECT frameq.eat_frame(%s)', pg_temp.task(:ch, 'big', 4)), 'big''s chunk 4-6 is eaten');
+SELECT is(pg_temp.states(:ch, 'den'), 'waiting,waiting,waiting', 'den 4 and 5 are waiting');
+SELECT lives_ok(format('SELECT frameq.eat_frame(f.id) FROM frameq.frame f JOIN frameq.layer l ON l.id = f.layer'
+					   ' WHERE f.job = %s AND l.name = ''render'' AND f.number <= 4', :ch), 'render 1-4 are eaten');
+SELECT is(pg_temp.states(:ch, 'comp'), 'depend,depend', 'comp 1-5 still waits for render 5');
+SELECT lives_ok(format('SELECT frameq.eat_frame(%s)', pg_temp.task(:ch, 'render', 5)), 'render 5 is eaten');
+SELECT is(pg_temp.states(:ch, 'comp'), 'waiting,depend', 'comp 1-5 is waiting, comp 6-10 still depends');
+SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean with chunked dependencies');
+
 /* ---------------------------------------------------------------- refusals */
 SELECT fqtest.refuses($$SELECT frameq.submit('{"show": "t54show", "name": "x", "layers": [
 	{"name": "a", "command": "a", "range": "1", "after": ["a"]}]}')$$,
@@ -189,6 +212,17 @@ SELECT frameq.kill_job(:doomed, 'test');
 SELECT fqtest.refuses(format($$SELECT frameq.submit('{"show": "t54show", "name": "x", "after_jobs": [%s], "layers": [
 	{"name": "a", "command": "a", "range": "1"}]}')$$, :doomed),
 	'55000', 'spec.after_jobs%killed%', 'after_jobs naming a killed job');
+
+SELECT fqtest.refuses(format('SELECT frameq.submit(%L)', jsonb_build_object('show', 't54show', 'name', 'x',
+	'after_jobs', (SELECT jsonb_agg(i) FROM generate_series(1, 33) i),
+	'layers', jsonb_build_array(jsonb_build_object('name', 'a', 'command', 'a', 'range', '1')))),
+	'54000', 'spec.after_jobs is too large%', 'after_jobs naming 33 jobs (at most 32)');
+SELECT fqtest.refuses(format('SELECT frameq.submit(%L)', jsonb_build_object('show', 't54show', 'name', 'x',
+	'layers', jsonb_build_array(jsonb_build_object('name', 'big', 'command', 'b', 'range', '1-100000',
+							   'after_frames', (SELECT jsonb_agg('p' || i) FROM generate_series(1, 41) i)))
+			  || (SELECT jsonb_agg(jsonb_build_object('name', 'p' || i, 'command', 'p', 'range', '1'))
+					FROM generate_series(1, 41) i))),
+	'54000', 'spec.layers is too large%frame-by-frame%', 'frame-by-frame dependencies past the bound of 4000000');
 
 SELECT * FROM finish();
 ROLLBACK;
