@@ -12,9 +12,9 @@
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(87);
+SELECT plan(98);
 
-SELECT * FROM fqtest.farm('t54', cores => '{8,8}') \gset
+SELECT * FROM fqtest.farm('t54', cores => '{64,8}') \gset
 
 /* the state of one task: by job id, layer name and frame number */
 CREATE FUNCTION pg_temp.st(job bigint, layer text, number int) RETURNS text
@@ -118,6 +118,30 @@ SELECT frameq.submit($${"show": "t54show", "name": "eatpipe", "priority": 1,
 			   {"name": "comp", "command": "c", "range": "1", "after": ["render"]}]}$$) AS ep \gset
 SELECT lives_ok(format('SELECT frameq.eat_frame(%s)', pg_temp.task(:ep, 'render', 1)), 'a waiting prerequisite is eaten');
 SELECT is(pg_temp.st(:ep, 'comp', 1), 'waiting', 'its dependent is waiting');
+
+/* a running prerequisite eaten: the kill order's release frees the dependent */
+SELECT frameq.submit($${"show": "t54show", "name": "killpipe", "priority": 70,
+	"layers": [{"name": "render", "command": "r", "range": "1"},
+			   {"name": "comp", "command": "c", "range": "1", "after_frames": ["render"]}]}$$) AS kp \gset
+SELECT is(pg_temp.book(:'tok1', :epoch1, :kp), 'render 1', 'killpipe: render 1 runs');
+SELECT lives_ok(format('SELECT frameq.eat_frame(%s)', pg_temp.task(:kp, 'render', 1)),
+	'eat_frame of the running prerequisite: a kill order');
+SELECT is(pg_temp.st(:kp, 'comp', 1), 'depend', 'comp still depends while render 1 may run');
+SELECT is((SELECT kill FROM frameq.heartbeat('t54-h1', :'tok1', :epoch1,
+		ARRAY(SELECT p.id FROM frameq.proc p WHERE p.host = :host1 AND p.frame <> pg_temp.task(:kp, 'render', 1)))
+		)::text IS NOT NULL, true, 'a heartbeat that no longer lists render 1 confirms the kill');
+SELECT is(pg_temp.st(:kp, 'render', 1), 'eaten', 'render 1 is eaten on its release');
+SELECT is(pg_temp.st(:kp, 'comp', 1), 'waiting', 'and comp 1 is waiting in that transaction');
+
+/* auto_eat: a prerequisite that uses up its retries ends eaten, which meets the dependency */
+SELECT frameq.submit($${"show": "t54show", "name": "autoeat", "priority": 70, "max_retries": 0, "auto_eat": true,
+	"layers": [{"name": "render", "command": "r", "range": "1"},
+			   {"name": "comp", "command": "c", "range": "1", "after": ["render"]}]}$$) AS ae \gset
+SELECT is(pg_temp.book(:'tok1', :epoch1, :ae), 'render 1', 'autoeat: render 1 runs');
+SELECT is(pg_temp.done(:'tok1', :epoch1, :ae, 'render', 1, 3), 'accepted', 'render 1 fails with no retries left');
+SELECT is(pg_temp.st(:ae, 'render', 1), 'eaten', 'auto_eat: it ends eaten');
+SELECT is(pg_temp.st(:ae, 'comp', 1), 'waiting', 'which frees comp 1');
+SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean after the kill order and auto_eat paths');
 
 /* ------------------------------------------------------------ job on job */
 SELECT frameq.submit($${"show": "t54show", "name": "sim", "priority": 1,
