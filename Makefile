@@ -8,6 +8,7 @@ OBJS = \
 	src/ledger.o \
 	src/lease.o \
 	src/booking.o \
+	src/depends.o \
 	src/dispatch.o \
 	src/release.o \
 	src/util.o \

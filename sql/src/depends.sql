@@ -40,13 +40,22 @@
  * that it can lock (FOR SHARE SKIP LOCKED: a task it holds cannot end
  * before it commits); if there is none, only running tasks (or tasks
  * others are changing) are left, and it locks the dependency rows and
- * looks again with a new snapshot: of two such transactions the second
- * sees the first's end.  The last running tasks of a prerequisite layer
+ * looks again under the latest snapshot (src/depends.c, also for a
+ * caller in REPEATABLE READ): of two such transactions the second sees the
+ * first's end.  The last running tasks of a prerequisite layer
  * therefore end one transaction at a time.  The gate reads the layer's count under FOR SHARE, so it
  * waits for a transaction that is changing it.  Lock order: a task, then
  * dependency rows, then layer rows, then the layer's tasks.
  * ---------------------------------------------------------------------
  */
+
+/* is a prerequisite layer or job not done, by the latest committed state?  (src/depends.c) */
+CREATE FUNCTION frameq._layer_open_latest(layer bigint) RETURNS bool
+	AS 'MODULE_PATHNAME', 'frameq_layer_open_latest' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
+CREATE FUNCTION frameq._job_open_latest(job bigint) RETURNS bool
+	AS 'MODULE_PATHNAME', 'frameq_job_open_latest' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
 
 /* has this transaction released a proc?  (src/release.c) */
 CREATE FUNCTION frameq._released_in_xact() RETURNS bool
@@ -156,7 +165,9 @@ BEGIN
 	/*
 	 * A task not running and not done that no one else is changing: held
 	 * (FOR SHARE), it cannot end before we commit.  A running task is not
-	 * held: its host's complete() would wait for us.
+	 * held: its host's complete() would wait for us.  (Index
+	 * frame_prereq_idle: the running tasks of the layer's last wave are not
+	 * read.)
 	 */
 	PERFORM 1 FROM frameq.frame f
 	  WHERE f.layer = prereq_layer AND f.prereq AND f.state IN ('waiting', 'depend', 'dead')
@@ -169,16 +180,7 @@ BEGIN
 		SELECT d.id FROM frameq.depend d
 		 WHERE d.on_layer = prereq_layer AND d.kind = 'layer' AND NOT d.satisfied
 		 ORDER BY d.id FOR UPDATE) d;
-	IF ids IS NULL THEN
-		RETURN 0;
-	END IF;
-	IF current_setting('transaction_isolation') <> 'read committed' THEN
-		/* no new snapshot: make a later transaction that locks the rows fail instead */
-		UPDATE frameq.depend d SET satisfied = d.satisfied WHERE d.id = ANY (ids);
-	END IF;
-	IF EXISTS (SELECT 1 FROM frameq.frame f
-				WHERE f.layer = prereq_layer AND f.prereq
-				  AND f.state IN ('waiting', 'depend', 'running', 'dead')) THEN
+	IF ids IS NULL OR frameq._layer_open_latest(prereq_layer) THEN
 		RETURN 0;
 	END IF;
 	RETURN frameq._meet_depends(ids);
@@ -200,8 +202,7 @@ BEGIN
 		RETURN 0;
 	END IF;
 	PERFORM 1 FROM frameq.job j WHERE j.id = prereq_job FOR NO KEY UPDATE;
-	IF NOT EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = prereq_job AND j.state = 'finished')
-	   OR EXISTS (SELECT 1 FROM frameq.frame f WHERE f.job = prereq_job AND f.state = 'dead') THEN
+	IF frameq._job_open_latest(prereq_job) THEN
 		RETURN 0;
 	END IF;
 	SELECT array_agg(d.id) INTO ids FROM (
@@ -356,6 +357,12 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
 	PERFORM frameq._not_null(job, 'job');
 	PERFORM frameq._not_null(on_job, 'on_job');
+	/* the job's waiting tasks are found with a snapshot taken after its row is locked */
+	IF current_setting('transaction_isolation') <> 'read committed' THEN
+		RAISE EXCEPTION 'depend_job must run in a READ COMMITTED transaction'
+			USING ERRCODE = 'feature_not_supported',
+				  HINT = 'A transaction snapshot taken earlier may miss tasks made waiting since.';
+	END IF;
 	PERFORM frameq._authorize_job(job);
 	PERFORM 1 FROM frameq.job j WHERE j.id = depend_job.job FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
@@ -397,26 +404,29 @@ BEGIN
 				USING ERRCODE = 'undefined_object';
 		END IF;
 	END IF;
-	/* lock order: dependency rows, layers, tasks */
+	/*
+	 * Lock order as a prerequisite's end takes them: the edges, then the
+	 * tasks they hold, then the dependency rows, then the layers.
+	 */
+	WITH met AS (
+			UPDATE frameq.frame_depend e SET satisfied = true
+			  FROM frameq.frame f
+			 WHERE e.frame = f.id AND NOT e.satisfied AND f.job = drop_depends.job
+			   AND f.state IN ('waiting', 'depend', 'running')
+			   AND (layer_id IS NULL OR f.layer = layer_id)
+			RETURNING e.frame),
+		 less AS (
+			UPDATE frameq.frame f SET deps_left = 0
+			  FROM (SELECT DISTINCT met.frame FROM met) m
+			 WHERE f.id = m.frame
+			RETURNING f.id, f.state)
+	SELECT array_agg(x.id) INTO freed FROM less x WHERE x.state = 'depend';
+	n := frameq._free_tasks(freed);
 	SELECT array_agg(d.id) INTO ids FROM (
 		SELECT d.id FROM frameq.depend d
 		 WHERE d.job = drop_depends.job AND NOT d.satisfied
 		   AND (layer_id IS NULL OR d.layer = layer_id)
 		 ORDER BY d.id FOR UPDATE) d;
-	WITH tasks AS (
-			SELECT f.id FROM frameq.frame f
-			 WHERE f.job = drop_depends.job AND f.state IN ('waiting', 'depend', 'running')
-			   AND (layer_id IS NULL OR f.layer = layer_id) AND f.deps_left > 0),
-		 met AS (
-			UPDATE frameq.frame_depend e SET satisfied = true
-			  FROM tasks WHERE e.frame = tasks.id AND NOT e.satisfied
-			RETURNING e.frame),
-		 less AS (
-			UPDATE frameq.frame f SET deps_left = 0
-			  FROM tasks WHERE f.id = tasks.id
-			RETURNING f.id, f.state)
-	SELECT array_agg(x.id) INTO freed FROM less x WHERE x.state = 'depend';
-	n := frameq._free_tasks(freed);
 	IF ids IS NOT NULL THEN
 		n := n + frameq._meet_depends(ids);
 	END IF;
@@ -467,7 +477,7 @@ BEGIN
 				USING ERRCODE = 'invalid_parameter_value';
 		END IF;
 		IF (e::numeric)::bigint = ANY (ids) THEN
-			RAISE EXCEPTION 'spec.after_jobs names job % twice', e
+			RAISE EXCEPTION 'spec.after_jobs[%] names job % a second time', k, (e::numeric)::bigint
 				USING ERRCODE = 'invalid_parameter_value';
 		END IF;
 		PERFORM frameq._check_job_depend(NULL, (e::numeric)::bigint, format('spec.after_jobs[%s]', k));

@@ -215,6 +215,8 @@ CREATE INDEX frame_live ON frameq.frame (job, state)
 /* dependencies (depends.sql): a prerequisite layer's tasks not yet done */
 CREATE INDEX frame_prereq_open ON frameq.frame (layer)
 	WHERE prereq AND state IN ('waiting', 'depend', 'running', 'dead');
+CREATE INDEX frame_prereq_idle ON frameq.frame (layer)
+	WHERE prereq AND state IN ('waiting', 'depend', 'dead');
 /* a job's dead tasks, which hold its dependents */
 CREATE INDEX frame_dead ON frameq.frame (job) WHERE state = 'dead';
 /* tasks held by their layer's or job's dependencies only: freed together */

@@ -481,7 +481,10 @@ BEGIN
 		l_env := l_env || frameq._check_env(frameq._spec_value(layer, 'env', path, 'object'), path);
 		l_limits := l_limits || to_jsonb(frameq._spec_tags(layer, 'limits', path));
 		l_after := l_after || to_jsonb(frameq._spec_tags(layer, 'after', path));
-		l_after_frames := l_after_frames || to_jsonb(frameq._spec_tags(layer, 'after_frames', path));
+		/* a layer waited for whole is not waited for frame by frame as well */
+		l_after_frames := l_after_frames || to_jsonb(ARRAY(
+			SELECT a FROM unnest(frameq._spec_tags(layer, 'after_frames', path)) a
+			 WHERE NOT l_after[i + 1] ? a));
 		edge_bound := edge_bound + n_layer * jsonb_array_length(l_after_frames[i + 1]);
 		IF jsonb_array_length(l_limits[i + 1]) > 12 THEN
 			PERFORM frameq._too_big(path || '.limits',
