@@ -42,7 +42,9 @@ renders. Every event has "ev", "t" and "proc" (the render's run token, a
 history/harness.jsonl -- one JSON object per line; every event has "ev", "t"
 and "wall".
     phase       phase: setup | load | heal | quiescence | final
-    submit      job, frames (list of frame ids)
+    submit      job, frames (list of frame ids: its tasks); the harness adds
+                shape, after_jobs, chunked_tasks and depends (rows of
+                frameq.depends by kind, read after the commit), not read
     lost_submit job: a failover lost this submission (asynchronous
                 replication); its frames may be absent from final.json
     fault_on    id, kind, target (host name or null), extra keys ignored.
@@ -57,7 +59,9 @@ and "wall".
                 (late=true: already gone when first looked at; t is only an
                 upper bound on the death).
     heal        backlog (frames not yet terminal), slots (render slots of
-                the farm): every fault is healed. Required; the last counts.
+                the farm), optional depth (the longest chain of unfinished
+                tasks each waiting for the next; default 0): every fault is
+                healed. Required; the last counts.
     quiet       all_terminal (bool): end of quiescence. Required; the last
                 counts.
     Other "ev" values are counted in stats and otherwise ignored.
@@ -72,7 +76,8 @@ agents/<host>.log -- agent logs, one event per line:
 final.json -- the database read after quiescence (times are DB wall seconds):
     params     ttl, drift, margin, render_max, freeze_k, quarantine, poll
                (seconds or ratio), seed
-    frames     [{id, job, layer, number, state, retries, attempts}]
+    frames     [{id, job, layer, number, state, retries, attempts}]: tasks;
+               optional size (its frame numbers, a chunk; default 1)
     runs       [{proc, frame, job, host, epoch, started_at, ended_at,
                  exit_status, exit_signal, reason, end_state}]
                ended_at/reason/end_state null while the run is live;
@@ -83,7 +88,14 @@ final.json -- the database read after quiescence (times are DB wall seconds):
     outputs    [{frame, proc, content}]    published output per frame;
                content is lines "proc=<P> chunk=<i>"
     publishes  [{frame, proc, at}]         every committed publish
-    jobs       [{id, groups}]
+    jobs       [{id, groups}], optional finished_at and committed_at (of the
+               job row's last change: its finish, which meets job on job
+               dependencies on it; null if not finished)
+    depends    optional: the rows of frameq.depends, [{kind ("job" |
+               "layer" | "frame"), job, layer, frame, on_job, on_layer,
+               on_frame}] (null where the kind has none).  Without it C8
+               is not applied (stats depends_recorded false) and every
+               frame waits from its submit in C5.
     caps       {group: slots}              every frame takes one slot
     check      [{invariant, detail}]       rows of frameq.check()
     failovers  [{wall}]                    promotions (asynchronous replication
@@ -174,7 +186,9 @@ C2_fencing
 C3_no_loss
     frame_missing      a submitted frame absent from final.frames, unless a
                        lost_submit names its job (stats frames_lost_with_submit)
-    frame_not_terminal a submitted frame not succeeded, dead or eaten
+    frame_not_terminal a submitted frame not succeeded, dead or eaten (nor
+                       'depend' with a prerequisite not succeeded or eaten:
+                       see C8)
     completed_runs     a succeeded frame without exactly one run with reason
                        "completed" and end_state "succeeded"
     output_missing / output_proc / output_content / output_duplicate
@@ -214,7 +228,9 @@ C5_liveness
                        whose next run started within CLAIM_SLACK after the
                        call is excused: a concurrent call had claimed it.
                        The harness farm's frames fit every host. A frame
-                       waits from its submit event to its first run, and
+                       waits from its submit event (or, if later, from when
+                       its last prerequisite was met, see C8; never if one
+                       never was or was eaten with no run) to its first run, and
                        from the end of each run that left it waiting
                        (committed_at if later) to the next run; the
                        frames of a lost_submit job never wait. A call at
@@ -231,8 +247,42 @@ C6_tokens
                        started at most LOSS_WINDOW before a failover began (or
                        during one): the failover lost its booking (stats
                        renders_unknown_to_db)
+    slow_recovery's bound adds depth * (render_max + poll) when the heal
+    event has a depth: chained tasks run one after the other.
 C7_check
     check_row          every row of frameq.check()
+C8_dependencies (when final.json has depends)
+    A task's prerequisites: the tasks its frame dependencies name (on_frame),
+    every task of a layer its layer waits for (on_layer), every task of a
+    job its job waits for (on_job).  A prerequisite ends at the earliest
+    run that left it succeeded or eaten (end_state), at that run's
+    committed_at (ended_at if unknown, which is no later); a death, or a
+    run that left it waiting, is no end; a prerequisite eaten with no such
+    run has an unknown end (stats prerequisite_ends_unknown) and is not
+    compared.
+    ran_before_prerequisites  a render (its start event) of a task started
+                       before one of its prerequisites ended, by more than
+                       ORDER_SLACK (0.05 s).  The render's monotonic t is
+                       mapped to wall through the harness events within 30 s
+                       of it (the smallest wall - t: each reads t first);
+                       hosts, harness and servers share one machine's clock,
+                       so the slack covers that mapping only.  The true
+                       order has no slack to give: the prerequisite's end
+                       commits before the task can be booked, and the
+                       render starts after its booking.  Not checked: a
+                       render with no DB run that started at most
+                       LOSS_WINDOW before a failover began or during one
+                       (stats renders_lost_in_failover_unchecked): the
+                       failover may have lost the end it followed as well.
+    depend_left        a task left 'depend' at the end although all its
+                       prerequisites ended succeeded or eaten (a task with
+                       a prerequisite in any other state is rightly held:
+                       C3 excuses it, stats frames_held_by_prerequisites).
+                       Excused when the quiet event has all_terminal false
+                       (the run was cut short: not_quiet; stats
+                       depend_left_run_cut_short).
+    Stats: depends_by_kind, tasks_with_prerequisites, chunked_tasks,
+    renders_checked_for_prerequisites, renders_before_prerequisites.
 """
 
 import bisect

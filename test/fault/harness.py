@@ -12,9 +12,17 @@ Topology (loopback; servers run as postgres via runuser):
     servers directly.
 
 Phases: setup, load (jobs submitted to keep a backlog, faults injected one
-or two at a time), heal (every fault undone), quiescence (until every frame
-is terminal), final (read the database into final.json; once the servers
+or two at a time), heal (every fault undone), quiescence (until nothing
+waits, runs or is booked, and nothing is 'depend' unless a dead task may
+hold it), final (read the database into final.json; once the servers
 are stopped, add every reserve() call from their logs: dblog.py), check.
+
+Jobs: 40 % one layer of single frames, 15 % one layer in chunks of 2 to 4,
+20 % two layers, the second after the first (layer on layer), 25 % two
+layers frame by frame (after_frames) with a chunk of up to 3 on either
+side, sometimes a third after the second; a quarter of them also wait for
+one or two of the last six jobs (after_jobs).  final.json records
+frameq.depends, each task's size and each job's finish (check.py, C8).
 
 Usage: harness.py --out DIR [--seed N] [--duration S] [--hosts N]
                   [--every-kind] [--port BASE] [--keep]
