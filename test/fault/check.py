@@ -42,7 +42,9 @@ renders. Every event has "ev", "t" and "proc" (the render's run token, a
 history/harness.jsonl -- one JSON object per line; every event has "ev", "t"
 and "wall".
     phase       phase: setup | load | heal | quiescence | final
-    submit      job, frames (list of frame ids)
+    submit      job, frames (list of frame ids: its tasks); the harness adds
+                shape, after_jobs, chunked_tasks and depends (rows of
+                frameq.depends by kind, read after the commit), not read
     lost_submit job: a failover lost this submission (asynchronous
                 replication); its frames may be absent from final.json
     fault_on    id, kind, target (host name or null), extra keys ignored.
@@ -57,7 +59,9 @@ and "wall".
                 (late=true: already gone when first looked at; t is only an
                 upper bound on the death).
     heal        backlog (frames not yet terminal), slots (render slots of
-                the farm): every fault is healed. Required; the last counts.
+                the farm), optional depth (the longest chain of unfinished
+                tasks each waiting for the next; default 0): every fault is
+                healed. Required; the last counts.
     quiet       all_terminal (bool): end of quiescence. Required; the last
                 counts.
     Other "ev" values are counted in stats and otherwise ignored.
@@ -72,7 +76,8 @@ agents/<host>.log -- agent logs, one event per line:
 final.json -- the database read after quiescence (times are DB wall seconds):
     params     ttl, drift, margin, render_max, freeze_k, quarantine, poll
                (seconds or ratio), seed
-    frames     [{id, job, layer, number, state, retries, attempts}]
+    frames     [{id, job, layer, number, state, retries, attempts}]: tasks;
+               optional size (its frame numbers, a chunk; default 1)
     runs       [{proc, frame, job, host, epoch, started_at, ended_at,
                  exit_status, exit_signal, reason, end_state}]
                ended_at/reason/end_state null while the run is live;
@@ -83,7 +88,14 @@ final.json -- the database read after quiescence (times are DB wall seconds):
     outputs    [{frame, proc, content}]    published output per frame;
                content is lines "proc=<P> chunk=<i>"
     publishes  [{frame, proc, at}]         every committed publish
-    jobs       [{id, groups}]
+    jobs       [{id, groups}], optional finished_at and committed_at (of the
+               job row's last change: its finish, which meets job on job
+               dependencies on it; null if not finished)
+    depends    optional: the rows of frameq.depends, [{kind ("job" |
+               "layer" | "frame"), job, layer, frame, on_job, on_layer,
+               on_frame}] (null where the kind has none).  Without it C8
+               is not applied (stats depends_recorded false) and every
+               frame waits from its submit in C5.
     caps       {group: slots}              every frame takes one slot
     check      [{invariant, detail}]       rows of frameq.check()
     failovers  [{wall}]                    promotions (asynchronous replication
@@ -174,7 +186,9 @@ C2_fencing
 C3_no_loss
     frame_missing      a submitted frame absent from final.frames, unless a
                        lost_submit names its job (stats frames_lost_with_submit)
-    frame_not_terminal a submitted frame not succeeded, dead or eaten
+    frame_not_terminal a submitted frame not succeeded, dead or eaten (nor
+                       'depend' with a prerequisite not succeeded or eaten:
+                       see C8)
     completed_runs     a succeeded frame without exactly one run with reason
                        "completed" and end_state "succeeded"
     output_missing / output_proc / output_content / output_duplicate
@@ -214,7 +228,9 @@ C5_liveness
                        whose next run started within CLAIM_SLACK after the
                        call is excused: a concurrent call had claimed it.
                        The harness farm's frames fit every host. A frame
-                       waits from its submit event to its first run, and
+                       waits from its submit event (or, if later, from when
+                       its last prerequisite was met, see C8; never if one
+                       never was or was eaten with no run) to its first run, and
                        from the end of each run that left it waiting
                        (committed_at if later) to the next run; the
                        frames of a lost_submit job never wait. A call at
@@ -231,10 +247,45 @@ C6_tokens
                        started at most LOSS_WINDOW before a failover began (or
                        during one): the failover lost its booking (stats
                        renders_unknown_to_db)
+    slow_recovery's bound adds depth * (render_max + poll) when the heal
+    event has a depth: chained tasks run one after the other.
 C7_check
     check_row          every row of frameq.check()
+C8_dependencies (when final.json has depends)
+    A task's prerequisites: the tasks its frame dependencies name (on_frame),
+    every task of a layer its layer waits for (on_layer), every task of a
+    job its job waits for (on_job).  A prerequisite ends at the earliest
+    run that left it succeeded or eaten (end_state), at that run's
+    committed_at (ended_at if unknown, which is no later); a death, or a
+    run that left it waiting, is no end; a prerequisite eaten with no such
+    run has an unknown end (stats prerequisite_ends_unknown) and is not
+    compared.
+    ran_before_prerequisites  a render (its start event) of a task started
+                       before one of its prerequisites ended, by more than
+                       ORDER_SLACK (0.05 s).  The render's monotonic t is
+                       mapped to wall through the harness events within 30 s
+                       of it (the smallest wall - t: each reads t first);
+                       hosts, harness and servers share one machine's clock,
+                       so the slack covers that mapping only.  The true
+                       order has no slack to give: the prerequisite's end
+                       commits before the task can be booked, and the
+                       render starts after its booking.  Not checked: a
+                       render with no DB run that started at most
+                       LOSS_WINDOW before a failover began or during one
+                       (stats renders_lost_in_failover_unchecked): the
+                       failover may have lost the end it followed as well.
+    depend_left        a task left 'depend' at the end although all its
+                       prerequisites ended succeeded or eaten (a task with
+                       a prerequisite in any other state is rightly held:
+                       C3 excuses it, stats frames_held_by_prerequisites).
+                       Excused when the quiet event has all_terminal false
+                       (the run was cut short: not_quiet; stats
+                       depend_left_run_cut_short).
+    Stats: depends_by_kind, tasks_with_prerequisites, chunked_tasks,
+    renders_checked_for_prerequisites, renders_before_prerequisites.
 """
 
+import bisect
 import collections
 import datetime
 import json
@@ -244,12 +295,14 @@ import re
 import sys
 
 CHECKS = ("C1_exclusivity", "C2_fencing", "C3_no_loss", "C4_caps",
-          "C5_liveness", "C6_tokens", "C7_check")
+          "C5_liveness", "C6_tokens", "C7_check", "C8_dependencies")
 TERMINAL = {"succeeded", "dead", "eaten"}
 INF = math.inf
 RECOVERY_SLACK = 10.0
 WAIT_SLACK = 0.2        # a frame must have been waiting this long before a call
 CLAIM_SLACK = 1.0       # bookings this soon after a call may be a concurrent claim
+ORDER_SLACK = 0.05      # C8: error of mapping a render's monotonic start to wall time
+ENDED = {"succeeded", "eaten"}   # a prerequisite ended so frees its dependents
 
 
 class InputError(Exception):
@@ -447,6 +500,25 @@ def load_final(path):
     caps = final.get("caps")
     if not isinstance(caps, dict) or not all(_is(v, INT) for v in caps.values()):
         raise InputError(f"{path}: caps should be an object of group -> integer")
+    depends = final.get("depends")
+    if depends is not None:
+        if not isinstance(depends, list):
+            raise InputError(f"{path}: 'depends' should be a list")
+        for i, row in enumerate(depends):
+            need(row, {"kind": STR, "job": INT, "layer": INT + OPT, "frame": INT + OPT,
+                       "on_job": INT, "on_layer": INT + OPT, "on_frame": INT + OPT},
+                 f"{path}: depends[{i}]")
+            key = {"job": "on_job", "layer": "on_layer", "frame": "on_frame"}.get(row["kind"])
+            if key is None or row[key] is None or (row["kind"] != "job" and row["layer"] is None) \
+                    or (row["kind"] == "frame" and row["frame"] is None):
+                raise InputError(f"{path}: depends[{i}]: a {row['kind']!r} dependency without "
+                                 "its ids")
+        for i, fr in enumerate(final["frames"]):
+            need(fr, {"layer": INT}, f"{path}: frames[{i}]")
+    for i, job in enumerate(final["jobs"]):
+        for key in ("finished_at", "committed_at"):
+            if not _is(job.get(key), NUM + OPT):
+                raise InputError(f"{path}: jobs[{i}]: {key!r} should be {NUM + OPT}")
     reserves = final.get("reserves")
     if reserves is not None:
         if not isinstance(reserves, list):
@@ -593,6 +665,10 @@ class Checker:
             if fz.off is None:
                 fz.off = self.heal["t"]
 
+        self._index_depends()
+        # monotonic -> wall: every harness event reads both clocks, t first
+        self.clock_pairs = sorted((e["t"], e["wall"] - e["t"]) for e in self.harness)
+
         exits = {}
         self.renders, self.render_dups = {}, []
         for ev in self.render_events:
@@ -607,6 +683,79 @@ class Checker:
             r.end = dead.get(r.proc, exits.get(r.proc))
             r.cover = self._freeze_cover(r)
         self.dead_without_start = len(set(dead) - set(self.renders))
+
+    def _index_depends(self):
+        """From final.json's depends: each task's prerequisite tasks (task
+        -> {prerequisite task: kind}: frame by frame, every task of a
+        layer, every task of a job) and prerequisite jobs; when each task
+        ended succeeded or eaten."""
+        f = self.final
+        self.depends = f.get("depends")
+        self.frames = {fr["id"]: fr for fr in f["frames"]}
+        self.prereqs = collections.defaultdict(dict)
+        self.pre_jobs = collections.defaultdict(set)
+        self.job_rows = {j["id"]: j for j in f["jobs"]}
+        if self.depends is None:
+            return
+        by_layer, by_job = collections.defaultdict(list), collections.defaultdict(list)
+        for fr in f["frames"]:
+            by_layer[fr["layer"]].append(fr["id"])
+            by_job[fr["job"]].append(fr["id"])
+        layer_pre, job_pre = collections.defaultdict(set), collections.defaultdict(set)
+        for d in self.depends:
+            if d["kind"] == "frame":
+                self.prereqs[d["frame"]][d["on_frame"]] = "frame"
+            elif d["kind"] == "layer":
+                layer_pre[d["layer"]].add(d["on_layer"])
+            else:
+                job_pre[d["job"]].add(d["on_job"])
+        for fr in f["frames"]:
+            pre = self.prereqs[fr["id"]]
+            for on_layer in layer_pre.get(fr["layer"], ()):
+                pre.update((p, "layer") for p in by_layer.get(on_layer, ()) if p not in pre)
+            for on_job in job_pre.get(fr["job"], ()):
+                self.pre_jobs[fr["id"]].add(on_job)
+                pre.update((p, "job") for p in by_job.get(on_job, ()) if p not in pre)
+            if not pre:
+                del self.prereqs[fr["id"]]
+        # a task's end: the earliest run that left it succeeded or eaten, at
+        # its commit (ended_at if unknown, which is no later); None if it
+        # was eaten with no run (when is not recorded); INF if never
+        self.task_end = {}
+        for fid, fr in self.frames.items():
+            ends = [run["ended_at"] if run.get("committed_at") is None
+                    else max(run["ended_at"], run["committed_at"])
+                    for run in self.runs_by_frame.get(fid, ())
+                    if run["ended_at"] is not None and run["end_state"] in ENDED]
+            self.task_end[fid] = (min(ends) if ends else
+                                  None if fr["state"] in ENDED else INF)
+
+    def ready_at(self, fid):
+        """When task fid's last prerequisite was met (DB wall): -INF if it
+        has none, INF if never or unknown.  A job on job dependency is met
+        when the job finishes (committed_at of final.json's job, if
+        recorded; else its last task's end)."""
+        ends = [self.task_end[p] for p in self.prereqs.get(fid, ())]
+        if any(e is None for e in ends):
+            return INF
+        for job in self.pre_jobs.get(fid, ()):
+            row = self.job_rows.get(job, {})
+            if "committed_at" in row or "finished_at" in row:
+                done = row.get("committed_at") or row.get("finished_at")
+                ends.append(INF if done is None else done)
+        return max(ends, default=-INF)
+
+    def to_wall(self, t):
+        """Monotonic t as wall seconds, through the harness events near it:
+        the smallest wall - t of those within 30 s (each reads t first, so
+        a delay only adds), else the nearest event's."""
+        pairs = self.clock_pairs
+        if not pairs:
+            raise InputError("harness.jsonl has no events")
+        i = bisect.bisect_left(pairs, (t - 30.0, -INF))
+        j = bisect.bisect_right(pairs, (t + 30.0, INF))
+        near = pairs[i:j] or [min(pairs, key=lambda p: abs(p[0] - t))]
+        return t + min(off for _, off in near)
 
     def had_effect(self, proc):
         """Did proc get anything accepted (report, completed run, final output)?"""
@@ -748,7 +897,7 @@ class Checker:
     def c3_no_loss(self):
         c = "C3_no_loss"
         frames = {fr["id"]: fr for fr in self.final["frames"]}
-        lost = lost_publishes = 0
+        lost = lost_publishes = held = 0
         for fid, job in sorted(set(self.submitted)):
             fr = frames.get(fid)
             if fr is None and job in self.lost_jobs:
@@ -757,6 +906,8 @@ class Checker:
                 self.violate(c, "frame_missing",
                              f"frame {fid} of job {job} was submitted but is not in the DB",
                              frame=fid)
+            elif fr["state"] == "depend" and self.held(fid):
+                held += 1
             elif fr["state"] not in TERMINAL:
                 self.violate(c, "frame_not_terminal",
                              f"frame {fid} ended the run {fr['state']}", frame=fid)
@@ -800,7 +951,13 @@ class Checker:
                                 if foreign else "no chunks"),
                              frame=fid, proc=proc)
         self.stats["frames_lost_with_submit"] = lost
+        self.stats["frames_held_by_prerequisites"] = held
         self.stats["publishes_lost_in_failover"] = lost_publishes
+
+    def held(self, fid):
+        """Is task fid rightly left 'depend': a prerequisite of it did not
+        end succeeded or eaten (a dead one holds it)?"""
+        return any(self.frames[p]["state"] not in ENDED for p in self.prereqs.get(fid, ()))
 
     def publish_lost_in_failover(self, proc):
         """Did proc's render publish (its commit returned) shortly before a
@@ -896,8 +1053,12 @@ class Checker:
         if backlog > 0 and slots <= 0:
             raise InputError(f"heal event: backlog {backlog} with {slots} slots")
         waves = math.ceil(backlog / slots) if backlog > 0 else 0
+        # tasks that wait for each other run one after the other, whatever
+        # the slots: a render and a worker poll (a job's finish) per link
+        depth = self.heal.get("depth", 0)
         bound = (p["ttl"] * (1 + p["drift"]) + p["margin"] + p["quarantine"] + p["poll"]
-                 + p["render_max"] + waves * p["render_max"] + RECOVERY_SLACK)
+                 + p["render_max"] + waves * p["render_max"]
+                 + depth * (p["render_max"] + p["poll"]) + RECOVERY_SLACK)
         ends = [run["ended_at"] for run in self.final["runs"] if run["ended_at"] is not None]
         # DB wall -> monotonic through the heal event's (wall, t) pair
         last_end_t = self.heal["t"] + (max(ends) - self.heal["wall"]) if ends else self.heal["t"]
@@ -909,7 +1070,7 @@ class Checker:
                          seconds=round(recovery, 3), bound=round(bound, 3))
         self.stats.update(recovery_seconds=round(recovery, 3),
                           recovery_bound_seconds=round(bound, 3),
-                          backlog_at_heal=backlog, slots=slots)
+                          backlog_at_heal=backlog, slots=slots, depth_at_heal=depth)
         self._passed_over()
 
     def _waiting_intervals(self):
@@ -929,7 +1090,10 @@ class Checker:
         for fid in set(submits) | set(self.runs_by_frame):
             runs = sorted(self.runs_by_frame.get(fid, ()), key=lambda run: run["started_at"])
             starts = [run["started_at"] for run in runs[1:]] + [INF]
-            spans = [(w, runs[0]["started_at"] if runs else INF) for w in submits.get(fid, ())]
+            # a task with prerequisites waits from when the last was met
+            ready = self.ready_at(fid)
+            spans = [(max(w, ready), runs[0]["started_at"] if runs else INF)
+                     for w in submits.get(fid, ()) if ready != INF]
             for run, next_start in zip(runs, starts):
                 if run["ended_at"] is not None and run["end_state"] == "waiting":
                     # waiting for other sessions once the release has committed
@@ -1006,6 +1170,59 @@ class Checker:
                              frame=r.frame, proc=r.proc)
         self.stats["renders_unknown_to_db"] = unknown
 
+    def c8_dependencies(self):
+        c = "C8_dependencies"
+        self.stats["depends_recorded"] = self.depends is not None
+        if self.depends is None:
+            return
+        early = checked = unknown = lost = 0
+        for r in sorted(self.renders.values(), key=lambda r: r.start):
+            runs = self.runs_by_proc.get(r.proc)
+            if not runs and any(on - LOSS_WINDOW <= r.start <= off
+                                for on, off in self.failover_windows):
+                lost += 1       # its booking was lost (C6), and what it followed may be
+                continue
+            fid = runs[0]["frame"] if runs else r.frame
+            pre = self.prereqs.get(fid)
+            if not pre:
+                continue
+            checked += 1
+            start = self.to_wall(r.start)
+            unknown += sum(self.task_end[p] is None for p in pre)
+            late = sorted((self.task_end[p], p) for p in pre
+                          if self.task_end[p] is not None and start < self.task_end[p] - ORDER_SLACK)
+            if late:
+                early += 1
+                end, p = late[-1]
+                self.violate(c, "ran_before_prerequisites",
+                             f"task {fid}: render {r.proc} on {r.host} started at {start:.3f} "
+                             f"(wall), before its prerequisite task {p} ({pre[p]} dependency) "
+                             f"ended {self.frames[p]['state']} at {fmt_t(end)}"
+                             + (f" ({len(late) - 1} more prerequisites ended after it)"
+                                if len(late) > 1 else ""),
+                             frame=fid, proc=r.proc, prerequisite=p)
+        cut = 0
+        for fid, fr in sorted(self.frames.items()):
+            if fr["state"] != "depend" or self.held(fid):
+                continue
+            if not self.quiet["all_terminal"]:
+                cut += 1        # the run was cut short (not_quiet says so)
+                continue
+            self.violate(c, "depend_left",
+                         f"task {fid} ended the run 'depend', but its "
+                         f"{len(self.prereqs.get(fid, ()))} prerequisite tasks all ended "
+                         "succeeded or eaten", frame=fid)
+        kinds = collections.Counter(d["kind"] for d in self.depends)
+        self.stats.update(
+            depends_by_kind=dict(sorted(kinds.items())),
+            tasks_with_prerequisites=len(self.prereqs),
+            chunked_tasks=sum(fr.get("size", 1) > 1 for fr in self.frames.values()),
+            renders_checked_for_prerequisites=checked,
+            renders_before_prerequisites=early,
+            renders_lost_in_failover_unchecked=lost,
+            prerequisite_ends_unknown=unknown,
+            depend_left_run_cut_short=cut)
+
     def c7_check(self):
         for row in self.final["check"]:
             self.violate("C7_check", "check_row",
@@ -1022,6 +1239,7 @@ class Checker:
         self.c5_liveness()
         self.c6_tokens()
         self.c7_check()
+        self.c8_dependencies()
         f = self.final
         publish_results = collections.Counter(
             ev["result"] for ev in self.render_events if ev["ev"] == "publish")
@@ -1071,6 +1289,10 @@ def summary(verdict):
         "C6_tokens": f"runs {sum(s['runs_by_reason'].values())}, "
                      f"renders unknown to the DB {s['renders_unknown_to_db']}",
         "C7_check": "",
+        "C8_dependencies": (f"tasks with prerequisites {s['tasks_with_prerequisites']}, "
+                            f"chunked tasks {s['chunked_tasks']}, renders checked "
+                            f"{s['renders_checked_for_prerequisites']}"
+                            if s["depends_recorded"] else "dependencies not recorded"),
     }
     lines = []
     for c in CHECKS:

@@ -12,9 +12,17 @@ Topology (loopback; servers run as postgres via runuser):
     servers directly.
 
 Phases: setup, load (jobs submitted to keep a backlog, faults injected one
-or two at a time), heal (every fault undone), quiescence (until every frame
-is terminal), final (read the database into final.json; once the servers
+or two at a time), heal (every fault undone), quiescence (until nothing
+waits, runs or is booked, and nothing is 'depend' unless a dead task may
+hold it), final (read the database into final.json; once the servers
 are stopped, add every reserve() call from their logs: dblog.py), check.
+
+Jobs: 40 % one layer of single frames, 15 % one layer in chunks of 2 to 4,
+20 % two layers, the second after the first (layer on layer), 25 % two
+layers frame by frame (after_frames) with a chunk of up to 3 on either
+side, sometimes a third after the second; a quarter of them also wait for
+one or two of the last six jobs (after_jobs).  final.json records
+frameq.depends, each task's size and each job's finish (check.py, C8).
 
 Usage: harness.py --out DIR [--seed N] [--duration S] [--hosts N]
                   [--every-kind] [--port BASE] [--keep]
@@ -460,35 +468,72 @@ class Harness:
         self.caps["job-" + name] = max_cores
         for g, slots in groups.items():
             os.makedirs(os.path.join(self.out, "caps", g), exist_ok=True)
-        layer = {"name": "render", "range": "1-%d" % n, "cores": 1,
-                 "command": "exec %s %s" % (PY, os.path.join(HERE, "render.py")),
-                 "env": {"FQH_GROUPS": ",".join("%s:%d" % gs for gs in groups.items())}}
-        if limited:
-            layer["limits"] = ["lic"]
+
+        def layer(lname, frames, chunk=1, **deps):
+            spec = {"name": lname, "range": "1-%d" % frames, "cores": 1,
+                    "command": "exec %s %s" % (PY, os.path.join(HERE, "render.py")),
+                    "env": {"FQH_GROUPS": ",".join("%s:%d" % gs for gs in groups.items())}}
+            if chunk > 1:
+                spec["chunk"] = chunk
+            if limited:
+                spec["limits"] = ["lic"]
+            spec.update(deps)
+            return spec
+
+        # the shape of the job: one layer of single frames (as before), one
+        # chunked layer, or two or three layers that wait for each other,
+        # layer on layer (after) or frame by frame (after_frames), with
+        # chunks on either side; renders stay 0.4 s to 2.8 s per task
+        shape = self.rng.choices(["plain", "chunked", "layers", "frames"], [40, 15, 20, 25])[0]
+        chunk = lambda: self.rng.choice([1, 2, 3])  # noqa: E731
+        if shape == "plain":
+            layers = [layer("render", n)]
+        elif shape == "chunked":
+            layers = [layer("render", n, self.rng.choice([2, 3, 4]))]
+        elif shape == "layers":
+            m = max(3, n // 2)
+            layers = [layer("sim", m, chunk()), layer("render", m, chunk(), after=["sim"])]
+        else:
+            m = max(3, n // 2)
+            c1, c2 = self.rng.choice([(1, 1), (2, 1), (1, 2), (3, 2), (2, 3)])
+            layers = [layer("sim", m, c1), layer("render", m, c2, after_frames=["sim"])]
+            if self.rng.random() < 0.3:
+                layers.append(layer("comp", m, chunk(), after=["render"]))
         spec = {"show": show, "name": name, "priority": self.rng.randint(0, 3),
-                "max_cores": max_cores, "max_retries": 30, "layers": [layer]}
+                "max_cores": max_cores, "max_retries": 30, "layers": layers}
         if folder:
             spec["folder"] = folder
+        # some jobs wait for one or two recent jobs of the run (never a job
+        # a failover lost: those leave job_names under the submit lock)
+        recent = sorted(self.job_names.values())[-6:]
+        if recent and self.rng.random() < 0.25:
+            spec["after_jobs"] = self.rng.sample(recent, min(len(recent), self.rng.choice([1, 1, 2])))
         # one attempt; if its outcome is unknown (the connection died around
         # the commit), find out before anything else: never submit twice
         try:
             self.sql("SELECT frameq.submit(%s::jsonb)", (json.dumps(spec),), timeout=0)
         except psycopg2.Error as e:
             say("submit %s: %s" % (name, str(e).strip()[:120]))
-        rows = self.sql("""SELECT j.id, array_agg(f.id ORDER BY f.id) FROM frameq.job j
+        rows = self.sql("""SELECT j.id, array_agg(f.id ORDER BY f.id),
+                                  count(*) FILTER (WHERE f.numbers IS NOT NULL)
+                           FROM frameq.job j
                            JOIN frameq.frame f ON f.job = j.id WHERE j.name = %s GROUP BY j.id""", (name,))
         if not rows:
             return
-        job, frames = rows[0]
+        job, frames, chunked = rows[0]
+        # its dependencies as committed (final.json has the final database's)
+        deps = self.sql("SELECT kind, count(*) FROM frameq.depends WHERE job = %s GROUP BY kind", (job,))
         self.jobs[job] = list(groups)
         self.job_names[name] = job
-        self.history.log("submit", job=job, name=name, frames=frames)
+        self.history.log("submit", job=job, name=name, frames=frames, shape=shape,
+                         after_jobs=spec.get("after_jobs", []), chunked_tasks=chunked,
+                         depends=dict(deps))
 
     def submitter(self):
         target = 3 * HOST_CORES * len(self.host_names)
         while not self.stop_load.is_set():
             try:
-                live = self.sql("SELECT count(*) FROM frameq.frame WHERE state IN ('waiting', 'running')",
+                live = self.sql("SELECT count(*) FROM frameq.frame WHERE state IN ('waiting', 'depend', 'running')",
                                 timeout=5)[0][0]
                 if live < target:
                     with self.submit_lock:
@@ -816,21 +861,64 @@ class Harness:
             if not s.running():
                 s.start()
         backlog = self.sql("SELECT count(*) FROM frameq.frame WHERE state IN ('waiting', 'depend', 'running')")[0][0]
+        depth = self.dependency_depth()
         slots = HOST_CORES * len(self.host_names)
         self.heal_t = time.monotonic()
-        self.history.log("heal", t=self.heal_t, backlog=backlog, slots=slots)
-        say("healed: %d frames not finished" % backlog)
-        return backlog, slots
+        self.history.log("heal", t=self.heal_t, backlog=backlog, slots=slots, depth=depth)
+        say("healed: %d frames not finished, chains of up to %d" % (backlog, depth))
+        return backlog, slots, depth
 
-    def quiesce(self, backlog, slots):
+    def dependency_depth(self):
+        """The longest chain of unfinished tasks, each waiting for the
+        next (1 if none waits for another; 0 if nothing is unfinished):
+        the tasks that must run one after the other, whatever the slots."""
+        state, members = {}, {}
+        for fid, job, layer, st in self.sql("SELECT id, job, layer, state FROM frameq.frame"):
+            state[fid] = st
+            members.setdefault(("job", job), []).append(fid)
+            members.setdefault(("layer", layer), []).append(fid)
+        pre = {}
+        for kind, job, layer, frame, on_job, on_layer, on_frame in self.sql(
+                "SELECT kind, job, layer, frame, on_job, on_layer, on_frame FROM frameq.depends"):
+            if kind == "frame":
+                pre.setdefault(("task", frame), set()).add(on_frame)
+            elif kind == "layer":
+                pre.setdefault(("layer", layer), set()).update(members.get(("layer", on_layer), ()))
+            else:
+                pre.setdefault(("job", job), set()).update(members.get(("job", on_job), ()))
+        layer_of = {fid: key for key, fids in members.items() if key[0] == "layer" for fid in fids}
+        job_of = {fid: key for key, fids in members.items() if key[0] == "job" for fid in fids}
+        memo = {}
+
+        def depth(fid):
+            if fid not in memo:
+                memo[fid] = 0       # no cycles: frameq refuses them
+                ps = (pre.get(("task", fid), set()) | pre.get(layer_of[fid], set())
+                      | pre.get(job_of[fid], set()))
+                memo[fid] = 1 + max((depth(p) for p in ps
+                                     if state.get(p) not in ("succeeded", "eaten")), default=0)
+            return memo[fid]
+        return max((depth(f) for f, st in state.items()
+                    if st in ("waiting", "depend", "running")), default=0)
+
+    def quiesce(self, backlog, slots, depth):
         self.history.log("phase", phase="quiescence")
-        bound = LEASE_PERIOD * 2 + POLL + RENDER_MAX + math.ceil(backlog / slots) * (RENDER_MAX + 1) + 60
+        bound = (LEASE_PERIOD * 2 + POLL + RENDER_MAX + math.ceil(backlog / slots) * (RENDER_MAX + 1)
+                 + depth * (RENDER_MAX + 1 + POLL) + 60)
         deadline = time.monotonic() + bound
         done = False
         while time.monotonic() < deadline:
-            left, procs = self.sql("""SELECT (SELECT count(*) FROM frameq.frame WHERE state IN ('waiting', 'depend', 'running')),
-                                             (SELECT count(*) FROM frameq.proc)""")[0]
-            if left == 0 and procs == 0:
+            # done when nothing waits, runs or is booked, no job's finish is
+            # left to the worker, and no task is 'depend' unless a dead task
+            # exists (one that a dead prerequisite holds stays so: the
+            # checker tells which)
+            left, procs, depend, dead, checks = self.sql("""SELECT
+                    (SELECT count(*) FROM frameq.frame WHERE state IN ('waiting', 'running')),
+                    (SELECT count(*) FROM frameq.proc),
+                    (SELECT count(*) FROM frameq.frame WHERE state = 'depend'),
+                    (SELECT count(*) FROM frameq.frame WHERE state = 'dead'),
+                    (SELECT count(*) FROM frameq.job_finish_check)""")[0]
+            if left == 0 and procs == 0 and checks == 0 and (depend == 0 or dead > 0):
                 done = True
                 break
             time.sleep(0.5)
@@ -851,12 +939,23 @@ class Harness:
             finally:
                 conn.close()
 
+        finish = {r["id"]: {"finished_at": r["finished_at"], "committed_at": r["committed_at"]}
+                  for r in rows("""SELECT id, extract(epoch FROM finished_at)::float8 AS finished_at,
+                                          CASE WHEN state = 'finished' THEN
+                                              extract(epoch FROM pg_xact_commit_timestamp(xmin))::float8
+                                          END AS committed_at
+                                   FROM frameq.job""")}
         final = {
             "params": {"seed": self.args.seed, "ttl": TTL, "drift": DRIFT, "margin": MARGIN,
                        "render_max": RENDER_MAX + 1.0, "freeze_k": FREEZE_K,
                        "quarantine": LEASE_PERIOD, "poll": POLL, "hosts": len(self.host_names),
                        "duration": self.args.duration},
-            "frames": rows("SELECT id, job, layer, number, state, retries, attempts FROM frameq.frame"),
+            # size: the task's frame numbers (chunk)
+            "frames": rows("""SELECT id, job, layer, number, coalesce(cardinality(numbers), 1) AS size,
+                                     state, retries, attempts FROM frameq.frame"""),
+            # every dependency: job on job, layer on layer, task on task
+            "depends": rows("""SELECT kind, job, layer, frame, on_job, on_layer, on_frame, satisfied
+                               FROM frameq.depends"""),
             # committed_at: the commit of the run's last change, its end
             # (track_commit_timestamp); cores and memory for dblog.py
             "runs": rows("""SELECT r.proc, r.frame, r.job, h.name AS host, r.epoch,
@@ -871,7 +970,10 @@ class Harness:
             "procs": rows("SELECT p.id, p.frame, h.name AS host, p.state FROM frameq.proc p JOIN frameq.host h ON h.id = p.host"),
             "outputs": rows("SELECT frame, proc, content FROM fqh.output"),
             "publishes": rows("SELECT frame, proc, extract(epoch FROM at)::float8 AS at FROM fqh.publish_log"),
-            "jobs": [{"id": j, "groups": g} for j, g in self.jobs.items()],
+            # finished_at and committed_at (of the job row's last change,
+            # its finish): when its dependents were freed
+            "jobs": [dict(finish.get(j, {"finished_at": None, "committed_at": None}), id=j, groups=g)
+                     for j, g in self.jobs.items()],
             "caps": self.caps,
             "check": rows("SELECT invariant, detail FROM frameq.check()"),
             "failovers": self.failovers,
@@ -931,8 +1033,8 @@ class Harness:
         try:
             self.setup()
             self.load()
-            backlog, slots = self.heal()
-            self.quiesce(backlog, slots)
+            backlog, slots, depth = self.heal()
+            self.quiesce(backlog, slots, depth)
             final = self.final()
         except Exception:
             self.errors.append(traceback.format_exc())

@@ -50,6 +50,9 @@ class Farm:
         self.runs, self.procs, self.publishes, self.check, self.failovers = [], [], [], [], []
         self.outputs = {}
         self.reserves = None       # final.json's optional reserve() calls
+        self.depends = None        # final.json's optional dependencies
+        self.caps = dict(CAPS)
+        self.job_finish = None     # job -> DB wall of its finish, if recorded
         self.params = {"seed": 7, "ttl": 3.0, "drift": 0.05, "margin": 1.0, "render_max": 3.0,
                        "freeze_k": 5.0, "quarantine": 4.15, "poll": 1.0}
         self.next_fault = 1
@@ -155,10 +158,15 @@ class Farm:
         final = {"params": self.params, "frames": list(self.frames.values()),
                  "runs": self.runs, "procs": self.procs,
                  "outputs": list(self.outputs.values()), "publishes": self.publishes,
-                 "jobs": [{"id": j, "groups": g} for j, g in JOBS.items()],
-                 "caps": CAPS, "check": self.check, "failovers": self.failovers}
+                 "jobs": [{"id": j, "groups": g,
+                           **({"finished_at": self.job_finish.get(j),
+                               "committed_at": self.job_finish.get(j)} if self.job_finish else {})}
+                          for j, g in JOBS.items()],
+                 "caps": self.caps, "check": self.check, "failovers": self.failovers}
         if self.reserves is not None:
             final["reserves"] = self.reserves
+        if self.depends is not None:
+            final["depends"] = self.depends
         with open(os.path.join(outdir, "final.json"), "w") as f:
             json.dump(final, f, indent=1)
 
@@ -248,6 +256,10 @@ def C5(kind, ident=None):
 
 def C6(kind, ident=None):
     return V("C6_tokens", kind, ident)
+
+
+def C8(kind, ident=None):
+    return V("C8_dependencies", kind, ident)
 
 
 CASES = []
@@ -693,6 +705,240 @@ def host_freeze_excuses_only_its_frame_and_groups():
 
 
 # --------------------------------------------------------------------------
+# C8: dependencies
+
+def dep(kind, job, on_job, layer=None, on_layer=None, frame=None, on_frame=None):
+    return {"kind": kind, "job": job, "layer": layer, "frame": frame, "on_job": on_job,
+            "on_layer": on_layer, "on_frame": on_frame, "satisfied": True}
+
+
+def dep_farm(attempts=True):
+    """Job 1: layer 10 (sim) has task 1 (frame 1) and task 2 (frames 2-3, a
+    chunk of 2); layer 11 (render) waits for it frame by frame: task 3
+    (frame 1) for task 1, tasks 4 and 5 (frames 2, 3) both for task 2.
+    Job 2 waits for job 1 (after_jobs); its layer 21 (task 8) waits for its
+    layer 20 (tasks 6, 7).  Caps are wide.  A DB run ends 0.03 s after
+    its render: task 1 ends 1005.03, 2 at 1006.03, 5 at 1008.53 (job 1's
+    last), 7 at 1011.53 (layer 20's last)."""
+    f = Farm()
+    f.caps.update({"job-1": 4, "job-2": 4, "folder-1": 8, "show-alpha": 8, "limit-l1": 4})
+    f.h(1000, "phase", phase="setup")
+    f.submit(1001, 1, [1, 2, 3, 4, 5])
+    f.submit(1001, 2, [6, 7, 8])
+    for fid, layer, size in ((1, 10, 1), (2, 10, 2), (3, 11, 1), (4, 11, 1), (5, 11, 1),
+                             (6, 20, 1), (7, 20, 1), (8, 21, 1)):
+        f.frames[fid].update(layer=layer, size=size)
+    f.depends = [dep("frame", 1, 1, 11, 10, 3, 1), dep("frame", 1, 1, 11, 10, 4, 2),
+                 dep("frame", 1, 1, 11, 10, 5, 2), dep("layer", 2, 2, 21, 20),
+                 dep("job", 2, 1)]
+    f.h(1002, "phase", phase="load")
+    if attempts:
+        f.attempt(1, 201, "h1", 1003, 1005)
+        f.attempt(2, 202, "h2", 1003, 1006)
+        f.attempt(3, 203, "h1", 1005.5, 1007)
+        f.attempt(4, 204, "h2", 1006.5, 1008)
+        f.attempt(5, 205, "h3", 1006.5, 1008.5)
+        f.attempt(6, 206, "h1", 1009, 1011)
+        f.attempt(7, 207, "h2", 1009, 1011.5)
+        f.attempt(8, 208, "h3", 1012, 1014)
+    f.h(1019, "phase", phase="heal")
+    f.h(1020, "heal", backlog=0, slots=6)
+    f.h(1020, "phase", phase="quiescence")
+    f.h(1025, "quiet", all_terminal=True)
+    f.h(1025, "phase", phase="final")
+    return f
+
+
+def dep_retime(f, frame, start, end):
+    """Move every trace of the attempt of frame (one attempt) to [start, end]."""
+    proc = next(run["proc"] for run in f.runs if run["frame"] == frame)
+    f.drop(proc)
+    f.frames[frame]["attempts"] -= 1
+    f.attempt(frame, proc, "h3", start, end)
+    return f
+
+
+@case
+def dep_clean():
+    return dep_farm(), [], {"depends_recorded": True, "tasks_with_prerequisites": 6,
+                            "chunked_tasks": 1, "renders_checked_for_prerequisites": 6,
+                            "depends_by_kind": {"frame": 3, "job": 1, "layer": 1}}
+
+
+@case
+def dep_layer_started_before_prerequisite():
+    # task 8 starts at 1011.3, before task 7 of layer 20 ends (1011.53)
+    f = dep_retime(dep_farm(), 8, 1011.3, 1013)
+    return f, [C8("ran_before_prerequisites", 8)], {"renders_before_prerequisites": 1}
+
+
+@case
+def dep_within_clock_slack():
+    # a start 0.04 s before the prerequisite's commit is within ORDER_SLACK
+    f = dep_retime(dep_farm(), 8, 1011.53 - 0.04, 1013)
+    return f, [], {"renders_before_prerequisites": 0}
+
+
+@case
+def dep_frame_by_frame_across_a_chunk():
+    # task 5 (frame 3) waits for task 2 (frames 2-3): it starts at 1005.9,
+    # before task 2 ends (1006.03); task 3 is not held by task 2
+    f = dep_retime(dep_farm(), 5, 1005.9, 1006.5)
+    return f, [C8("ran_before_prerequisites", 5)], {}
+
+
+@case
+def dep_chunked_dependent():
+    # the dependent is the chunk: task 4 holds frames 2-3 and waits for
+    # tasks 1 and 2 (single frames); it starts after 1 but before 2 ends
+    f = dep_farm()
+    f.frames[4]["size"] = 2
+    f.frames[2]["size"] = 1
+    f.depends[1] = dep("frame", 1, 1, 11, 10, 4, 1)
+    f.depends[2] = dep("frame", 1, 1, 11, 10, 4, 2)
+    dep_retime(f, 4, 1005.5, 1007)
+    f.frames[5]["state"] = "eaten"          # left without prerequisites of its own
+    f.drop(205)
+    return f, [C8("ran_before_prerequisites", 4)], {"chunked_tasks": 1}
+
+
+@case
+def dep_job_on_job():
+    # task 6 of job 2 starts at 1008.2, before job 1's task 5 ends (1008.53)
+    f = dep_retime(dep_farm(), 6, 1008.2, 1010)
+    return f, [C8("ran_before_prerequisites", 6)], {}
+
+
+def dep_retried(start3):
+    """Task 1's first run dies (1004.03), an operator retries it and its
+    second run succeeds (1005.03); task 3 starts at start3."""
+    f = dep_farm(attempts=False)
+    f.attempt(1, 201, "h1", 1003, 1004, end_state="dead", publish=False, output=False)
+    f.attempt(1, 211, "h1", 1004.5, 1005)
+    f.attempt(2, 202, "h2", 1003, 1006)
+    f.attempt(3, 203, "h1", start3, start3 + 1)
+    for fid, proc, host, start, end in ((4, 204, "h2", 1006.5, 1008), (5, 205, "h3", 1006.5, 1008.5),
+                                        (6, 206, "h1", 1009, 1011), (7, 207, "h2", 1009, 1011.5),
+                                        (8, 208, "h3", 1012, 1014)):
+        f.attempt(fid, proc, host, start, end)
+    return f
+
+
+@case
+def dep_prerequisite_retried_dependent_after_success():
+    return dep_retried(1005.2), [], {"renders_before_prerequisites": 0}
+
+
+@case
+def dep_prerequisite_retried_dependent_after_death():
+    # task 3 starts after the first run died, before the second succeeded
+    return dep_retried(1004.6), [C8("ran_before_prerequisites", 3)], {}
+
+
+@case
+def dep_prerequisite_eaten():
+    # task 2 killed and eaten at 1004.03 (the run's end_state): tasks 4 and
+    # 5 may start at 1004.5; job 2's dependency on job 1 is met by it too
+    f = dep_farm(attempts=False)
+    f.attempt(1, 201, "h1", 1003, 1005)
+    f.attempt(2, 202, "h2", 1003, 1004, reason="killed", end_state="eaten", death="killed",
+              publish=False, output=False)
+    f.frames[2]["state"] = "eaten"
+    for fid, proc, host, start, end in ((3, 203, "h1", 1005.5, 1007), (4, 204, "h2", 1004.5, 1006),
+                                        (5, 205, "h3", 1004.5, 1006.5), (6, 206, "h1", 1007.5, 1009),
+                                        (7, 207, "h2", 1007.5, 1009.5), (8, 208, "h3", 1010, 1012)):
+        f.attempt(fid, proc, host, start, end)
+    return f, [], {"prerequisite_ends_unknown": 0}
+
+
+@case
+def dep_prerequisite_eaten_without_run():
+    # task 2 eaten while it waited: no run says when; tasks 4 and 5 are not
+    # checked against it, and count as freed
+    f = dep_farm(attempts=False)
+    f.frames[2]["state"] = "eaten"
+    for fid, proc, host, start, end in ((1, 201, "h1", 1003, 1005), (3, 203, "h1", 1005.5, 1007),
+                                        (4, 204, "h2", 1003.5, 1006), (5, 205, "h3", 1003.5, 1006.5),
+                                        (6, 206, "h1", 1007.5, 1009), (7, 207, "h2", 1007.5, 1009.5),
+                                        (8, 208, "h3", 1010, 1012)):
+        f.attempt(fid, proc, host, start, end)
+    # renders of tasks 4, 5 and of job 2's 6, 7, 8 each have task 2 unknown
+    return f, [], {"prerequisite_ends_unknown": 5}
+
+
+def dep_left(all_terminal=True):
+    """Task 8 never ran and ended 'depend', though layer 20 and job 1 all
+    succeeded."""
+    f = dep_farm()
+    f.drop(208)
+    f.frames[8].update(state="depend", attempts=0)
+    if not all_terminal:
+        f.event("harness", "quiet")["all_terminal"] = False
+    return f
+
+
+@case
+def dep_depend_left():
+    return dep_left(), [C3("frame_not_terminal", 8), C8("depend_left", 8)], {}
+
+
+@case
+def dep_depend_left_run_cut_short():
+    return dep_left(False), [C3("frame_not_terminal", 8), C5("not_quiet")], \
+        {"depend_left_run_cut_short": 1}
+
+
+@case
+def dep_held_by_dead_prerequisite():
+    # task 2 died: tasks 4 and 5 (frame by frame), job 2 (its job) and so
+    # task 8 are rightly left 'depend'
+    f = dep_farm(attempts=False)
+    f.attempt(1, 201, "h1", 1003, 1005)
+    f.attempt(2, 202, "h2", 1003, 1004, end_state="dead", publish=False, output=False)
+    f.attempt(3, 203, "h1", 1005.5, 1007)
+    for fid in (2, 4, 5, 6, 7, 8):
+        f.frames[fid]["state"] = "dead" if fid == 2 else "depend"
+    return f, [], {"frames_held_by_prerequisites": 5}
+
+
+@case
+def dep_depend_is_not_waiting():
+    # empty reserve() calls while task 8 is 'depend' (until 1011.53) pass
+    # nothing over; one at 1011.7 is too soon after it was freed; task 8
+    # starts at 1014 (its run at 1013.8), so a call at 1012.5 passes it over
+    f = dep_retime(dep_farm(), 8, 1014, 1015)
+    for t in (1004, 1010, 1011.7):
+        reserve(f, "h3", t)
+    reserve(f, "h2", 1012.5)
+    return f, [C5("passed_over", 8)], {"reserves_passed_over": 1}
+
+
+def dep_job_finish(recorded):
+    """Job 1's finish committed at 1009.5 (the worker's, after its last
+    task ended at 1008.53); job 2's tasks 6, 7 start at 1010.5 (runs at
+    1010.3), task 8 at 1013; an empty reserve() call at 1009.2."""
+    f = dep_farm()
+    for fid, start, end in ((6, 1010.5, 1012), (7, 1010.5, 1012.5), (8, 1013, 1014)):
+        dep_retime(f, fid, start, end)
+    if recorded:
+        f.job_finish = {1: wall(1009.5), 2: wall(1014.1)}
+    reserve(f, "h3", 1009.2)
+    return f
+
+
+@case
+def dep_job_waits_for_job_finish():
+    # job 2's tasks wait from job 1's finish: nothing waits at 1009.2
+    return dep_job_finish(True), [], {"reserves_passed_over": 0, "reserves_empty": 1}
+
+
+@case
+def dep_job_finish_not_recorded():
+    # without the finish, job 1's last task's end (1008.53) is taken
+    return dep_job_finish(False), [C5("passed_over", 6)], {"reserves_passed_over": 1}
+
+
+# --------------------------------------------------------------------------
 # Runner
 
 def ident(v):
@@ -816,6 +1062,16 @@ def cli_cases(tmp):
         with open(path, "w") as f:
             json.dump(final, f)
     malformed("malformed_run_committed_at", committed_at_text)
+
+    def frame_depend_without_on_frame(d):
+        path = os.path.join(d, "final.json")
+        with open(path) as f:
+            final = json.load(f)
+        final["depends"] = [{"kind": "frame", "job": 1, "layer": 10, "frame": 2, "on_job": 1,
+                             "on_layer": 10, "on_frame": None}]
+        with open(path, "w") as f:
+            json.dump(final, f)
+    malformed("malformed_frame_depend_without_on_frame", frame_depend_without_on_frame)
     p = subprocess.run([sys.executable, os.path.join(HERE, "check.py")],
                        capture_output=True, text=True)
     add("cli_usage_exits_2", [f"rc {p.returncode}"] * (p.returncode != 2))
