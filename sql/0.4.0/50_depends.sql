@@ -591,6 +591,22 @@ BEGIN
 		END IF;
 		RETURN;
 	END IF;
+	IF chunk = 1 AND NOT EXISTS (SELECT 1 FROM frameq.frame p
+								  WHERE p.layer = ANY (pre) AND p.numbers IS NOT NULL) THEN
+		/* one number per task on both sides: a task waits for the tasks of its number */
+		WITH ins AS (
+				INSERT INTO frameq.frame (job, layer, number, state, prereq, deps_left)
+				SELECT _insert_tasks.job, _insert_tasks.layer, x.n,
+					   CASE WHEN held OR c.n > 0 THEN 'depend' ELSE 'waiting' END,
+					   _insert_tasks.prereq, c.n
+				  FROM frameq._frame_numbers(frame_range, 'range') x(n)
+				 CROSS JOIN LATERAL (SELECT count(*)::int AS n FROM frameq.frame p
+									  WHERE p.layer = ANY (pre) AND p.number = x.n) c
+				RETURNING id, number)
+		INSERT INTO frameq.frame_depend (on_frame, frame)
+		SELECT p.id, ins.id FROM ins JOIN frameq.frame p ON p.layer = ANY (pre) AND p.number = ins.number;
+		RETURN;
+	END IF;
 	WITH pm AS (
 			SELECT p.id, x.n FROM frameq.frame p
 			 CROSS JOIN LATERAL unnest(coalesce(p.numbers, ARRAY[p.number])) x(n)
@@ -617,6 +633,44 @@ $$;
 /* the most frame-by-frame dependencies one submit may draw (frames x after_frames layers) */
 CREATE FUNCTION frameq._max_frame_edges() RETURNS bigint
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 4000000::bigint $$;
+
+CREATE OR REPLACE FUNCTION frameq._queue_layers(layers bigint[]) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	WITH held AS (
+			SELECT q.layer, q.tag, q.priority FROM frameq.dispatch_queue q
+			 WHERE q.layer = ANY (layers)
+			   FOR KEY SHARE OF q SKIP LOCKED),
+		 queued AS (
+			INSERT INTO frameq.dispatch_queue
+				(show, tag, gpu, priority, job, dispatch_order, layer, min_cc, memory, gpus, gpu_memory,
+				 mem_class, core_class)
+			SELECT j.show, t.tag, l.gpus > 0, j.priority, j.id, l.dispatch_order,
+				   l.id, l.min_cc, l.memory, l.gpus, l.gpu_memory,
+				   frameq._memory_class(l.memory), frameq._cores_class(l.min_cc)
+			  FROM frameq.layer l
+			  JOIN frameq.job j ON j.id = l.job
+			 CROSS JOIN LATERAL (SELECT DISTINCT x AS tag
+								   FROM unnest(CASE WHEN cardinality(l.tags) = 0
+													THEN ARRAY['']::text[] ELSE l.tags END) x) t
+			 WHERE l.id = ANY (layers)
+			   AND NOT EXISTS (SELECT 1 FROM held h
+								WHERE h.layer = l.id AND h.tag = t.tag AND h.priority = j.priority)
+			RETURNING show, tag, gpu, mem_class, core_class)
+	INSERT INTO frameq.dispatch_class (show, tag, gpu, mem_class, core_class)
+	SELECT DISTINCT n.show, n.tag, n.gpu, n.mem_class, n.core_class
+	  FROM queued n
+	 WHERE NOT EXISTS (SELECT 1 FROM frameq.dispatch_class c
+						WHERE c.show = n.show AND c.tag = n.tag AND c.gpu = n.gpu
+						  AND c.mem_class = n.mem_class AND c.core_class = n.core_class)
+		/*
+		 * A transaction snapshot may be older than a prune that removed
+		 * the entry it sees: list the stream again (the prune removes
+		 * the duplicate).
+		 */
+		OR current_setting('transaction_isolation') <> 'read committed';
+END
+$$;
 
 CREATE OR REPLACE FUNCTION frameq.submit(spec jsonb) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$

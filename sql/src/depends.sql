@@ -601,6 +601,22 @@ BEGIN
 		END IF;
 		RETURN;
 	END IF;
+	IF chunk = 1 AND NOT EXISTS (SELECT 1 FROM frameq.frame p
+								  WHERE p.layer = ANY (pre) AND p.numbers IS NOT NULL) THEN
+		/* one number per task on both sides: a task waits for the tasks of its number */
+		WITH ins AS (
+				INSERT INTO frameq.frame (job, layer, number, state, prereq, deps_left)
+				SELECT _insert_tasks.job, _insert_tasks.layer, x.n,
+					   CASE WHEN held OR c.n > 0 THEN 'depend' ELSE 'waiting' END,
+					   _insert_tasks.prereq, c.n
+				  FROM frameq._frame_numbers(frame_range, 'range') x(n)
+				 CROSS JOIN LATERAL (SELECT count(*)::int AS n FROM frameq.frame p
+									  WHERE p.layer = ANY (pre) AND p.number = x.n) c
+				RETURNING id, number)
+		INSERT INTO frameq.frame_depend (on_frame, frame)
+		SELECT p.id, ins.id FROM ins JOIN frameq.frame p ON p.layer = ANY (pre) AND p.number = ins.number;
+		RETURN;
+	END IF;
 	WITH pm AS (
 			SELECT p.id, x.n FROM frameq.frame p
 			 CROSS JOIN LATERAL unnest(coalesce(p.numbers, ARRAY[p.number])) x(n)

@@ -23,17 +23,21 @@
  * holds without any waiting:
  *
  * - rows are only inserted, by whoever makes a frame waiting (the triggers
- *	 below: submit, a release to waiting, retry_frame, anything to come),
+ *	 below: submit, a release to waiting, retry_frame, a dependency met),
  *	 and by set_job when a job is resumed or its priority changes (all of
- *	 the job's layers: it need not see a release in flight);
+ *	 the job's layers: it need not see a release in flight); one who finds
+ *	 the layer's row there already holds it (FOR KEY SHARE) to its end
+ *	 instead, which keeps any delete from taking it meanwhile;
  * - reserve() deletes a row only in one statement whose snapshot sees no
  *	 waiting frame of the layer (or the job not active at the row's
  *	 priority), and only rows it could lock without waiting (SKIP LOCKED).
  *	 A frame made waiting after that snapshot came with its own row, which
- *	 the snapshot does not see and so cannot delete; one made waiting
- *	 before it is seen, and nothing is deleted.
+ *	 the snapshot does not see and so cannot delete, or holds a row, which
+ *	 the delete skips; one made waiting before it is seen, and nothing is
+ *	 deleted.
  * No row is ever updated, and no insert can conflict with anything (there
- * is no unique key): nobody ever waits on this table.  A row is per layer,
+ * is no unique key): nobody ever waits on this table (the holds are
+ * shared with each other, and every delete skips what is held).  A row is per layer,
  * written when a layer's frames become waiting and deleted once when it
  * runs dry: no booking writes a row that another booking must also write.
  *
@@ -76,43 +80,53 @@ CREATE FUNCTION frameq._cores_class(min_cc int) RETURNS smallint
 	AS 'MODULE_PATHNAME', 'frameq_cores_class' LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE
 	SET search_path = pg_catalog, pg_temp;
 
-/* queue these layers at their job's current priority, one row per tag, and their streams */
+/*
+ * Queue these layers at their job's current priority, one row per tag, and
+ * list their streams.  A row already there for the layer, tag and
+ * priority is held instead (FOR KEY SHARE): a tidy deletes only rows it
+ * can lock (SKIP LOCKED), so a held row lasts until this transaction ends,
+ * by when its snapshot-bound deletes can see the frame this transaction
+ * made waiting.  A row being deleted (locked by a tidy) is skipped, and a
+ * new one written.  So a layer whose tasks are freed one transaction at a
+ * time (a frame-by-frame dependent) keeps one row, not one per task.
+ * PL/pgSQL, so that its plan is kept across calls.
+ */
 CREATE FUNCTION frameq._queue_layers(layers bigint[]) RETURNS void
-LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
-	WITH queued AS (
-		INSERT INTO frameq.dispatch_queue
-			(show, tag, gpu, priority, job, dispatch_order, layer, min_cc, memory, gpus, gpu_memory,
-			 mem_class, core_class)
-		SELECT j.show, t.tag, l.gpus OPERATOR(pg_catalog.>) 0, j.priority, j.id, l.dispatch_order,
-			   l.id, l.min_cc, l.memory, l.gpus, l.gpu_memory,
-			   frameq._memory_class(l.memory), frameq._cores_class(l.min_cc)
-		  FROM frameq.layer l
-		  JOIN frameq.job j ON j.id OPERATOR(pg_catalog.=) l.job
-		 CROSS JOIN LATERAL (SELECT DISTINCT x AS tag
-							   FROM pg_catalog.unnest(CASE WHEN pg_catalog.cardinality(l.tags) OPERATOR(pg_catalog.=) 0
-														   THEN ARRAY['']::text[] ELSE l.tags END) x) t
-		 WHERE l.id OPERATOR(pg_catalog.=) ANY (layers)
-		   /* once per transaction is enough: rows of our own cannot be deleted under us */
-		   AND NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
-							WHERE q.layer OPERATOR(pg_catalog.=) l.id
-							  AND q.priority OPERATOR(pg_catalog.=) j.priority
-							  AND q.tag OPERATOR(pg_catalog.=) t.tag
-							  AND q.xmin OPERATOR(pg_catalog.=) (pg_catalog.pg_current_xact_id())::xid)
-		RETURNING show, tag, gpu, mem_class, core_class)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	WITH held AS (
+			SELECT q.layer, q.tag, q.priority FROM frameq.dispatch_queue q
+			 WHERE q.layer = ANY (layers)
+			   FOR KEY SHARE OF q SKIP LOCKED),
+		 queued AS (
+			INSERT INTO frameq.dispatch_queue
+				(show, tag, gpu, priority, job, dispatch_order, layer, min_cc, memory, gpus, gpu_memory,
+				 mem_class, core_class)
+			SELECT j.show, t.tag, l.gpus > 0, j.priority, j.id, l.dispatch_order,
+				   l.id, l.min_cc, l.memory, l.gpus, l.gpu_memory,
+				   frameq._memory_class(l.memory), frameq._cores_class(l.min_cc)
+			  FROM frameq.layer l
+			  JOIN frameq.job j ON j.id = l.job
+			 CROSS JOIN LATERAL (SELECT DISTINCT x AS tag
+								   FROM unnest(CASE WHEN cardinality(l.tags) = 0
+													THEN ARRAY['']::text[] ELSE l.tags END) x) t
+			 WHERE l.id = ANY (layers)
+			   AND NOT EXISTS (SELECT 1 FROM held h
+								WHERE h.layer = l.id AND h.tag = t.tag AND h.priority = j.priority)
+			RETURNING show, tag, gpu, mem_class, core_class)
 	INSERT INTO frameq.dispatch_class (show, tag, gpu, mem_class, core_class)
 	SELECT DISTINCT n.show, n.tag, n.gpu, n.mem_class, n.core_class
 	  FROM queued n
 	 WHERE NOT EXISTS (SELECT 1 FROM frameq.dispatch_class c
-						WHERE c.show OPERATOR(pg_catalog.=) n.show AND c.tag OPERATOR(pg_catalog.=) n.tag
-						  AND c.gpu OPERATOR(pg_catalog.=) n.gpu
-						  AND c.mem_class OPERATOR(pg_catalog.=) n.mem_class
-						  AND c.core_class OPERATOR(pg_catalog.=) n.core_class)
+						WHERE c.show = n.show AND c.tag = n.tag AND c.gpu = n.gpu
+						  AND c.mem_class = n.mem_class AND c.core_class = n.core_class)
 		/*
 		 * A transaction snapshot may be older than a prune that removed
 		 * the entry it sees: list the stream again (the prune removes
 		 * the duplicate).
 		 */
-		OR pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed'
+		OR current_setting('transaction_isolation') <> 'read committed';
+END
 $$;
 
 /*
