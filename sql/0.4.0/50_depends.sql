@@ -86,7 +86,7 @@ $$;
  * layer.
  */
 CREATE FUNCTION frameq._free_tasks(tasks bigint[]) RETURNS bigint
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
 	r record;
 	n bigint := 0;
@@ -115,7 +115,7 @@ $$;
  * only it held.  Returns the tasks freed.
  */
 CREATE FUNCTION frameq._meet_depends(ids bigint[]) RETURNS bigint
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
 	ready bigint[];
 BEGIN
@@ -148,7 +148,7 @@ $$;
  * "Races" above.
  */
 CREATE FUNCTION frameq._layer_maybe_done(prereq_layer bigint) RETURNS bigint
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
 	ids bigint[];
 BEGIN
@@ -203,22 +203,35 @@ BEGIN
 END
 $$;
 
-/* a prerequisite task ended succeeded or eaten: meet its edges, test its layer */
+/*
+ * A prerequisite task ended succeeded or eaten: meet its edges, and free
+ * the dependents they held last in the same update (the gate, frame_gate,
+ * still holds those whose layer waits); then test its layer.  The
+ * dependents freed get their layers' dispatch hints lowered and are
+ * announced as _free_tasks does.
+ */
 CREATE FUNCTION frameq._prereq_done() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-	freed bigint[];
+	r record;
 BEGIN
-	WITH met AS (
-			UPDATE frameq.frame_depend e SET satisfied = true
-			 WHERE e.on_frame = NEW.id AND NOT e.satisfied
-			RETURNING e.frame),
-		 less AS (
-			UPDATE frameq.frame f SET deps_left = f.deps_left - 1
-			  FROM met WHERE f.id = met.frame
-			RETURNING f.id, f.deps_left, f.state)
-	SELECT array_agg(x.id) INTO freed FROM less x WHERE x.deps_left = 0 AND x.state = 'depend';
-	PERFORM frameq._free_tasks(freed);
+	FOR r IN WITH met AS (
+				UPDATE frameq.frame_depend e SET satisfied = true
+				 WHERE e.on_frame = NEW.id AND NOT e.satisfied
+				RETURNING e.frame),
+			 less AS (
+				UPDATE frameq.frame f
+				   SET deps_left = f.deps_left - 1,
+					   state = CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 'waiting' ELSE f.state END,
+					   version = f.version + CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 1 ELSE 0 END
+				  FROM met WHERE f.id = met.frame
+				RETURNING f.job, f.layer, f.number, f.state, f.deps_left)
+			 SELECT x.job, x.layer, min(x.number) AS low, count(*) AS freed
+			   FROM less x WHERE x.deps_left = 0 AND x.state = 'waiting'
+			  GROUP BY x.job, x.layer LOOP
+		PERFORM frameq._frame_waiting(r.layer, r.low);
+		PERFORM frameq._announce_ready(r.job, r.layer, r.freed);
+	END LOOP;
 	IF EXISTS (SELECT 1 FROM frameq.depend d
 				WHERE d.on_layer = NEW.layer AND d.kind = 'layer' AND NOT d.satisfied) THEN
 		PERFORM frameq._layer_maybe_done(NEW.layer);
@@ -261,7 +274,7 @@ CREATE TRIGGER job_prereq_done AFTER UPDATE OF state ON frameq.job
  * changing it (depend_job, a dependency met) is waited for.
  */
 CREATE FUNCTION frameq._frame_gate() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
 	IF NEW.deps_left > 0
 	   OR (SELECT l.deps_left FROM frameq.layer l WHERE l.id = NEW.layer FOR SHARE) > 0 THEN
@@ -395,9 +408,15 @@ BEGIN
 		END IF;
 	END IF;
 	/*
-	 * Lock order as a prerequisite's end takes them: the edges, then the
-	 * tasks they hold, then the dependency rows, then the layers.
+	 * Lock order as a prerequisite's end takes them: the edges (here in
+	 * one fixed order), then the tasks they hold, then the dependency rows,
+	 * then the layers.
 	 */
+	PERFORM 1 FROM frameq.frame_depend e JOIN frameq.frame f ON f.id = e.frame
+	  WHERE NOT e.satisfied AND f.job = drop_depends.job
+		AND f.state IN ('waiting', 'depend', 'running')
+		AND (layer_id IS NULL OR f.layer = layer_id)
+	  ORDER BY e.frame, e.on_frame FOR UPDATE OF e;
 	WITH met AS (
 			UPDATE frameq.frame_depend e SET satisfied = true
 			  FROM frameq.frame f
@@ -635,7 +654,7 @@ CREATE FUNCTION frameq._max_frame_edges() RETURNS bigint
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 4000000::bigint $$;
 
 CREATE OR REPLACE FUNCTION frameq._queue_layers(layers bigint[]) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
 	WITH held AS (
 			SELECT q.layer, q.tag, q.priority FROM frameq.dispatch_queue q

@@ -89,10 +89,11 @@ CREATE FUNCTION frameq._cores_class(min_cc int) RETURNS smallint
  * made waiting.  A row being deleted (locked by a tidy) is skipped, and a
  * new one written.  So a layer whose tasks are freed one transaction at a
  * time (a frame-by-frame dependent) keeps one row, not one per task.
- * PL/pgSQL, so that its plan is kept across calls.
+ * PL/pgSQL with a generic plan, so that it is planned once per session,
+ * not at every call (a custom plan each time cost 0.4 ms a call).
  */
 CREATE FUNCTION frameq._queue_layers(layers bigint[]) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
 	WITH held AS (
 			SELECT q.layer, q.tag, q.priority FROM frameq.dispatch_queue q
