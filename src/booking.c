@@ -653,11 +653,16 @@ claim_frames(LayerBooking *b)
 
 		/*
 		 * The waiting frames are locked by an initplan and updated by
-		 * primary key: no join for a generic plan to get wrong.  The row
-		 * lock keeps them waiting until the update; the outer test says so
-		 * in the statement itself.  A chunked task (numbers not NULL) also
-		 * returns its last number and its spec; an unchunked one pays for
-		 * two NULL tests only.
+		 * primary key: no join for a generic plan to get wrong.  The
+		 * initplan's row lock rechecks that each is still waiting (a row
+		 * changed since the snapshot is read again, SKIP LOCKED passes rows
+		 * others hold), and keeps it so until the update, so the update
+		 * tests nothing more.  (It used to test state = 'waiting' again,
+		 * which let the planner answer it with a bitmap of the whole
+		 * frame_waiting index, every waiting frame of the farm: 2.3 ms a
+		 * claim with 58,000 waiting, in item 2a.)  A chunked task (numbers
+		 * not NULL) also returns its last number and its spec; an
+		 * unchunked one pays for two NULL tests only.
 		 */
 		plan = frameq_prepare("UPDATE frameq.frame"
 							  "   SET state = 'running', version = version + 1,"
@@ -666,7 +671,6 @@ claim_frames(LayerBooking *b)
 							  "         WHERE layer = $1 AND state = 'waiting' AND number >= $3"
 							  "         ORDER BY number LIMIT $2"
 							  "           FOR UPDATE SKIP LOCKED))"
-							  "   AND state = 'waiting'"
 							  " RETURNING id, number, numbers[pg_catalog.cardinality(numbers)],"
 							  "   CASE WHEN numbers IS NOT NULL"
 							  "        THEN frameq._frame_spec(number, numbers) END",
