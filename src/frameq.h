@@ -33,6 +33,21 @@
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, FRAMEQ_LOCK_CLASS, (uint32) (host), \
 						 FRAMEQ_LOCK_CLASS)
 
+/*
+ * A job's dispatch lock, on a tag of the same kind (fourth field "FR"):
+ * held in ShareLock by every transaction that makes the job's tasks
+ * waiting and relies on what it read of the job (its layers' dependency
+ * counts, their dispatch queue rows) staying put until it commits; taken
+ * in ExclusiveLock, waiting, by depend_job() before it raises those counts,
+ * and, only tried, by reserve()'s tidy before it deletes the job's queue
+ * rows (sql/src/dispatch.sql, sql/src/depends.sql).  Fields: database, the
+ * job id's high and low halves, "FR".
+ */
+#define FRAMEQ_JOB_LOCK_CLASS	0x4652
+#define SET_LOCKTAG_FRAMEQ_JOB(tag, job) \
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) ((uint64) (job) >> 32), \
+						 (uint32) (job), FRAMEQ_JOB_LOCK_CLASS)
+
 /* guc.c */
 extern int	frameq_lease_ttl;		/* seconds */
 extern double frameq_clock_drift;
@@ -47,9 +62,9 @@ extern int	frameq_lock_wait;		/* milliseconds */
 extern void frameq_guc_init(void);
 
 /* frameq.c */
-#define FRAMEQ_LIBRARY_VERSION	"0.4.0"
+#define FRAMEQ_LIBRARY_VERSION	"0.5.0"
 /* a relation that the newest upgrade step creates (frameq_schema_current) */
-#define FRAMEQ_SCHEMA_MARKER	"dispatch_class"
+#define FRAMEQ_SCHEMA_MARKER	"depend_on_frames"
 extern bool frameq_loaded_at_startup;
 extern void frameq_require_preload(void);
 extern bool frameq_schema_current(void);
@@ -60,6 +75,7 @@ extern int64 frameq_random_id(void);
 extern const char *frameq_clip(const char *value);
 extern const char *frameq_clip_text(text *value);
 extern bool frameq_lock_host(int32 host, int wait_ms);
+extern bool frameq_hold_job(int64 job);
 extern bool frameq_bounded_wait(void (*fn) (void *arg), void *arg, int wait_ms);
 extern SPIPlanPtr frameq_prepare(const char *sql, int nargs, Oid *argtypes);
 extern SPIPlanPtr frameq_prepare_options(const char *sql, int nargs, Oid *argtypes,

@@ -10,12 +10,14 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -237,8 +239,9 @@ frameq_bounded_wait(void (*fn) (void *arg), void *arg, int wait_ms)
 	return done;
 }
 
+/* frameq_bounded_wait's step: an ExclusiveLock on a frameq lock tag, waiting */
 static void
-acquire_host_lock(void *arg)
+acquire_exclusive(void *arg)
 {
 	(void) LockAcquire((LOCKTAG *) arg, ExclusiveLock, false, false);
 }
@@ -259,7 +262,7 @@ frameq_lock_host(int32 host, int wait_ms)
 		return true;
 	if (wait_ms <= 0)
 		return false;
-	return frameq_bounded_wait(acquire_host_lock, &tag, wait_ms);
+	return frameq_bounded_wait(acquire_exclusive, &tag, wait_ms);
 }
 
 PG_FUNCTION_INFO_V1(frameq_lock_host_sql);
@@ -285,6 +288,81 @@ frameq_lock_host_sql(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("wait_ms must not be negative, not %d", wait_ms)));
 	PG_RETURN_BOOL(frameq_lock_host(PG_GETARG_INT32(0), wait_ms));
+}
+
+/*
+ * Take job's dispatch lock (frameq.h) in ShareLock for this transaction,
+ * only trying.  False when an ExclusiveLock holds it or waits for it: the
+ * caller then falls back to row locks, which wait as they always did.
+ */
+bool
+frameq_hold_job(int64 job)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_FRAMEQ_JOB(tag, job);
+	return LockAcquire(&tag, ShareLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+PG_FUNCTION_INFO_V1(frameq_hold_job_sql);
+
+/* frameq._hold_job(job): see frameq_hold_job() */
+Datum
+frameq_hold_job_sql(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(frameq_hold_job(PG_GETARG_INT64(0)));
+}
+
+PG_FUNCTION_INFO_V1(frameq_claim_jobs);
+
+/*
+ * frameq._claim_jobs(jobs): try each job's dispatch lock in ExclusiveLock
+ * for this transaction; the jobs it took, in their order.  Never waits.
+ */
+Datum
+frameq_claim_jobs(PG_FUNCTION_ARGS)
+{
+	ArrayType  *jobs = PG_GETARG_ARRAYTYPE_P(0);
+	Datum	   *items;
+	bool	   *nulls;
+	int			n;
+	int			taken = 0;
+
+	deconstruct_array(jobs, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &items, &nulls, &n);
+	for (int i = 0; i < n; i++)
+	{
+		LOCKTAG		tag;
+
+		if (nulls[i])
+			continue;
+		SET_LOCKTAG_FRAMEQ_JOB(tag, DatumGetInt64(items[i]));
+		if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+			items[taken++] = items[i];
+	}
+	PG_RETURN_ARRAYTYPE_P(construct_array(items, taken, INT8OID, 8, FLOAT8PASSBYVAL,
+										  TYPALIGN_DOUBLE));
+}
+
+PG_FUNCTION_INFO_V1(frameq_lock_job);
+
+/*
+ * frameq._lock_job(job): take job's dispatch lock in ExclusiveLock for
+ * this transaction, waiting at most frameq.lock_wait (then 55P03) for the
+ * transactions that hold it to end.
+ */
+Datum
+frameq_lock_job(PG_FUNCTION_ARGS)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_FRAMEQ_JOB(tag, PG_GETARG_INT64(0));
+	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL &&
+		!frameq_bounded_wait(acquire_exclusive, &tag, frameq_lock_wait))
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("job %lld is busy: its tasks are being released", (long long) PG_GETARG_INT64(0)),
+				 errhint("Try again.")));
+	PG_RETURN_VOID();
 }
 
 /*

@@ -16,18 +16,18 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define AGENT_VERSION "0.4.0"
+#define AGENT_VERSION "0.5.0"
 
 /*
  * The versions of the frameq extension this agent speaks.  What it calls
  * (attach, heartbeat, reserve, complete) has the same arguments from 0.1.0
- * to 0.4.0, but its renders are promised FRAMEQ_RUN_SECRET, which owns()
+ * to 0.5.0, but its renders are promised FRAMEQ_RUN_SECRET, which owns()
  * checks, and both came with 0.2.0.  A newer extension may change what the
  * calls mean, so it needs an agent built for it.  Outside this range the
  * agent stops with EXIT_VERSION (main.c, extension_spoken).
  */
 #define FRAMEQ_OLDEST "0.2.0"
-#define FRAMEQ_NEWEST "0.4.0"
+#define FRAMEQ_NEWEST "0.5.0"
 #define EXIT_VERSION 3
 
 #define NS_PER_SEC 1000000000LL

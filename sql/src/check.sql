@@ -191,8 +191,8 @@ BEGIN
 	SELECT 'dependencies', format('task %s counts %s unmet frame dependencies, not %s',
 								  f.id, f.deps_left, coalesce(e.n, 0))
 	  FROM frameq.frame f
-	  LEFT JOIN (SELECT x.frame, count(*) AS n FROM frameq.frame_depend x
-				  WHERE NOT x.satisfied GROUP BY x.frame) e ON e.frame = f.id
+	  LEFT JOIN (SELECT x.frame, count(*) AS n FROM frameq.depends x
+				  WHERE x.kind = 'frame' AND NOT x.satisfied GROUP BY x.frame) e ON e.frame = f.id
 	 WHERE f.deps_left <> coalesce(e.n, 0);
 
 	RETURN QUERY
@@ -215,8 +215,8 @@ BEGIN
 
 	RETURN QUERY
 	SELECT 'dependencies', format('task %s still waits for task %s, which is %s', e.frame, e.on_frame, p.state)
-	  FROM frameq.frame_depend e JOIN frameq.frame p ON p.id = e.on_frame
-	 WHERE NOT e.satisfied AND p.state IN ('succeeded', 'eaten');
+	  FROM frameq.depends e JOIN frameq.frame p ON p.id = e.on_frame
+	 WHERE e.kind = 'frame' AND NOT e.satisfied AND p.state IN ('succeeded', 'eaten');
 
 	RETURN QUERY
 	SELECT 'dependencies', format('layer %s still waits for layer %s, which is done', d.layer, d.on_layer)
@@ -228,7 +228,7 @@ BEGIN
 	RETURN QUERY
 	SELECT 'dependencies', format('task %s of layer %s, a prerequisite, is not marked prereq', f.id, f.layer)
 	  FROM frameq.depend d JOIN frameq.frame f ON f.layer = d.on_layer
-	 WHERE d.kind = 'layer' AND NOT f.prereq;
+	 WHERE d.kind IN ('layer', 'frames') AND NOT f.prereq;
 
 	RETURN QUERY
 	SELECT 'dependencies', format('job %s still waits for job %s, which is done', d.job, d.on_job)

@@ -9,8 +9,16 @@
  * frameq_release if it released a proc, else on frameq_ready).  Three kinds,
  * kept in two counters:
  *
- * - frame by frame (layer after_frames): an edge per (task, prerequisite
- *	 task) in frame_depend; frame.deps_left counts a task's unmet edges.
+ * - frame by frame (layer after_frames): frame.deps_left counts a task's
+ *	 unmet prerequisite tasks.  Into an unchunked layer (the common case:
+ *	 a render after a simulation, a denoise after a render), a task of
+ *	 number N waits for the task of each listed layer that holds N, and
+ *	 no row records the pair: a depend row of kind 'frames' says that the
+ *	 layer waits for that one, and a prerequisite task's frees_by_number
+ *	 that its first end has yet to meet the tasks of its numbers.  So a
+ *	 submit writes no more rows than without the dependency.  Into a
+ *	 chunked layer, whose task may wait for several tasks of a layer, an
+ *	 edge per (task, prerequisite task) is written, in frame_depend.
  * - layer on layer (layer after) and job on job (job after_jobs,
  *	 depend_job()): a row in depend; layer.deps_left counts the unmet rows
  *	 of the layer and of its job.
@@ -21,7 +29,9 @@
  * What meets a dependency, at the cost of the tasks it frees:
  * - a prerequisite task ending succeeded or eaten, the first time (frame
  *	 trigger prereq_done, on tasks marked prereq at submit): its unmet edges
- *	 are met, and, if its layer is a prerequisite of a layer, the layer is
+ *	 and, the first time (frees_by_number, cleared by frame_frees_once),
+ *	 the tasks of its numbers in the unchunked layers waiting for it are
+ *	 met, and, if its layer is a prerequisite of a layer, the layer is
  *	 tested for done (_layer_maybe_done);
  * - a job finishing with no dead task, or its last dead task eaten
  *	 (triggers job_prereq_done and frame_dead_eaten): its dependents' rows
@@ -214,11 +224,14 @@ END
 $$;
 
 /*
- * A prerequisite task ended succeeded or eaten: meet its edges, and free
- * the dependents they held last in the same update (the gate, frame_gate,
- * still holds those whose layer waits); then test its layer.  The
- * dependents freed get their layers' dispatch hints lowered and are
- * announced as _free_tasks does.
+ * A prerequisite task ended succeeded or eaten: meet its edges and, at its
+ * first end, the tasks of its numbers in the unchunked layers that wait
+ * for its layer (not dropped), and free the dependents they held last in
+ * the same update (the gate, frame_gate, still holds those whose layer
+ * waits); then test its layer.  A dependent whose count a concurrent
+ * drop_depends() has zeroed is left alone (deps_left > 0, tested again on
+ * its latest version).  The dependents freed get their layers' dispatch
+ * hints lowered and are announced as _free_tasks does.
  */
 CREATE FUNCTION frameq._prereq_done() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
@@ -229,12 +242,17 @@ BEGIN
 				UPDATE frameq.frame_depend e SET satisfied = true
 				 WHERE e.on_frame = NEW.id AND NOT e.satisfied
 				RETURNING e.frame),
+			 found AS (
+				SELECT f.id FROM frameq.depend d JOIN frameq.frame f ON f.layer = d.layer
+				 WHERE OLD.frees_by_number AND d.on_layer = NEW.layer AND d.kind = 'frames'
+				   AND NOT d.satisfied AND f.number = ANY (coalesce(NEW.numbers, ARRAY[NEW.number]))),
 			 less AS (
 				UPDATE frameq.frame f
 				   SET deps_left = f.deps_left - 1,
 					   state = CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 'waiting' ELSE f.state END,
 					   version = f.version + CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 1 ELSE 0 END
-				  FROM met WHERE f.id = met.frame
+				  FROM (SELECT met.frame FROM met UNION ALL SELECT found.id FROM found) m
+				 WHERE f.id = m.frame AND f.deps_left > 0
 				RETURNING f.job, f.layer, f.number, f.state, f.deps_left)
 			 SELECT x.job, x.layer, min(x.number) AS low, count(*) AS freed
 			   FROM less x WHERE x.deps_left = 0 AND x.state = 'waiting'
@@ -253,6 +271,18 @@ CREATE TRIGGER frame_prereq_done AFTER UPDATE OF state ON frameq.frame
 	FOR EACH ROW WHEN (NEW.prereq AND NEW.state IN ('succeeded', 'eaten')
 					   AND OLD.state NOT IN ('succeeded', 'eaten'))
 	EXECUTE FUNCTION frameq._prereq_done();
+
+/* a prerequisite's first end meets the tasks found by its numbers, once */
+CREATE FUNCTION frameq._frees_once() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	NEW.frees_by_number := false;
+	RETURN NEW;
+END
+$$;
+CREATE TRIGGER frame_frees_once BEFORE UPDATE OF state ON frameq.frame
+	FOR EACH ROW WHEN (OLD.frees_by_number AND NEW.state IN ('succeeded', 'eaten'))
+	EXECUTE FUNCTION frameq._frees_once();
 
 /* the last dead task of a finished job eaten: its dependents may go */
 CREATE FUNCTION frameq._dead_eaten() RETURNS trigger
@@ -280,14 +310,33 @@ CREATE TRIGGER job_prereq_done AFTER UPDATE OF state ON frameq.job
 
 /*
  * The gate: a task made waiting that something still holds is 'depend'
- * instead.  The layer's count is read under FOR SHARE, so a transaction
- * changing it (depend_job, a dependency met) is waited for.
+ * instead.  Its layer's count may be changing under us: depend_job()
+ * raises it (the only raise), a dependency met lowers it.  A raise is
+ * kept out by the job's dispatch lock (src/frameq.h), which depend_job()
+ * takes in EXCLUSIVE before it raises the count and moves the job's
+ * waiting tasks: held here in SHARE, a count read after it (a statement
+ * of its own: a later snapshot) that is 0 stays 0 until we commit, and
+ * depend_job() then sees our task waiting.  A count above 0 may be
+ * falling, and outside READ COMMITTED or without the lock the read is not
+ * fresh: then the count is read under FOR SHARE, which waits for the
+ * transaction changing it.  (The lock, not FOR SHARE, is the common path:
+ * every freeing transaction sharing a row lock rewrites it, a multixact.)
  */
 CREATE FUNCTION frameq._frame_gate() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+	held bool;
 BEGIN
-	IF NEW.deps_left > 0
-	   OR (SELECT l.deps_left FROM frameq.layer l WHERE l.id = NEW.layer FOR SHARE) > 0 THEN
+	IF NEW.deps_left > 0 THEN
+		NEW.state := 'depend';
+		RETURN NEW;
+	END IF;
+	held := current_setting('transaction_isolation') = 'read committed' AND frameq._hold_job(NEW.job);
+	/* a statement after the lock's: its snapshot follows it */
+	IF held AND (SELECT l.deps_left FROM frameq.layer l WHERE l.id = NEW.layer) = 0 THEN
+		RETURN NEW;
+	END IF;
+	IF (SELECT l.deps_left FROM frameq.layer l WHERE l.id = NEW.layer FOR SHARE) > 0 THEN
 		NEW.state := 'depend';
 	END IF;
 	RETURN NEW;
@@ -377,6 +426,12 @@ BEGIN
 				  HINT = 'A transaction snapshot taken earlier may miss tasks made waiting since.';
 	END IF;
 	PERFORM frameq._authorize_job(job);
+	/*
+	 * Before any row lock: every transaction making the job's tasks waiting
+	 * with the lock held ends first, and those that follow read the count
+	 * under FOR SHARE (the gate, frame_gate).
+	 */
+	PERFORM frameq._lock_job(job);
 	PERFORM 1 FROM frameq.job j WHERE j.id = depend_job.job FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
@@ -427,6 +482,11 @@ BEGIN
 		AND f.state IN ('waiting', 'depend', 'running')
 		AND (layer_id IS NULL OR f.layer = layer_id)
 	  ORDER BY e.frame, e.on_frame FOR UPDATE OF e;
+	/*
+	 * Edges of chunked layers are met one by one; an unchunked layer's
+	 * dependencies found by number are dropped whole, and each task of it
+	 * counts none (a prerequisite's end then leaves it alone).
+	 */
 	WITH met AS (
 			UPDATE frameq.frame_depend e SET satisfied = true
 			  FROM frameq.frame f
@@ -434,16 +494,24 @@ BEGIN
 			   AND f.state IN ('waiting', 'depend', 'running')
 			   AND (layer_id IS NULL OR f.layer = layer_id)
 			RETURNING e.frame),
+		 dropped AS (
+			UPDATE frameq.depend d SET satisfied = true
+			 WHERE d.job = drop_depends.job AND d.kind = 'frames' AND NOT d.satisfied
+			   AND (layer_id IS NULL OR d.layer = layer_id)
+			RETURNING d.layer),
+		 found AS (
+			SELECT f.id FROM frameq.frame f
+			 WHERE f.layer IN (SELECT dropped.layer FROM dropped) AND f.deps_left > 0),
 		 less AS (
 			UPDATE frameq.frame f SET deps_left = 0
-			  FROM (SELECT DISTINCT met.frame FROM met) m
+			  FROM (SELECT met.frame FROM met UNION SELECT found.id FROM found) m
 			 WHERE f.id = m.frame
 			RETURNING f.id, f.state)
 	SELECT array_agg(x.id) INTO freed FROM less x WHERE x.state = 'depend';
 	n := frameq._free_tasks(freed);
 	SELECT array_agg(d.id) INTO ids FROM (
 		SELECT d.id FROM frameq.depend d
-		 WHERE d.job = drop_depends.job AND NOT d.satisfied
+		 WHERE d.job = drop_depends.job AND d.kind <> 'frames' AND NOT d.satisfied
 		   AND (layer_id IS NULL OR d.layer = layer_id)
 		 ORDER BY d.id FOR UPDATE) d;
 	IF ids IS NOT NULL THEN
@@ -453,16 +521,31 @@ BEGIN
 END
 $$;
 
-/* every dependency, with whether it is met */
+/*
+ * Every dependency, with whether it is met: of jobs and layers, and frame
+ * by frame, edge by edge (for an unchunked layer, each task paired with
+ * the task of each layer it waits for that holds its number: met once
+ * that task has ended, or when the dependency was dropped).
+ */
 CREATE VIEW frameq.depends AS
 SELECT d.kind, d.job, d.layer, NULL::bigint AS frame, d.on_job, d.on_layer,
 	   NULL::bigint AS on_frame, d.satisfied
   FROM frameq.depend d
+ WHERE d.kind <> 'frames'
 UNION ALL
 SELECT 'frame', f.job, f.layer, e.frame, p.job, p.layer, e.on_frame, e.satisfied
   FROM frameq.frame_depend e
   JOIN frameq.frame f ON f.id = e.frame
-  JOIN frameq.frame p ON p.id = e.on_frame;
+  JOIN frameq.frame p ON p.id = e.on_frame
+UNION ALL
+SELECT 'frame', f.job, f.layer, f.id, p.job, p.layer, p.id, d.satisfied OR NOT p.frees_by_number
+  FROM frameq.depend d
+  JOIN frameq.frame f ON f.layer = d.layer
+  JOIN (SELECT x.id, x.job, x.layer, x.frees_by_number, y.n
+		  FROM frameq.frame x
+		 CROSS JOIN LATERAL unnest(coalesce(x.numbers, ARRAY[x.number])) y(n)) p
+	ON p.layer = d.on_layer AND p.n = f.number
+ WHERE d.kind = 'frames';
 
 /*
  * ---------------------------------------------------------------------
@@ -600,40 +683,51 @@ $$;
  * Write a layer's tasks (submit): 'depend' if the layer is held (held) or
  * the task waits for a task of a layer in pre (after_frames, whose tasks
  * are written already), else 'waiting'; prereq if the layer is one other
- * layers wait for.  A task waits for every task of those layers that holds
- * one of its frame numbers; its edges are written with it.
+ * layers wait for, and frees_by_number if an unchunked one waits for it
+ * frame by frame (its depend rows are written already).  A task waits for
+ * every task of those layers that holds one of its frame numbers: an
+ * unchunked layer's task counts them (they are found by number when they
+ * end); a chunked layer's task has its edges written with it.  same[i]
+ * says that layer pre[i] has this layer's frame range: it holds each of
+ * its numbers exactly once (a range lists no number twice), so it counts
+ * one for every task without being read.
  */
 CREATE FUNCTION frameq._insert_tasks(job bigint, layer bigint, frame_range text, chunk int,
-									 held bool, prereq bool, pre bigint[])
+									 held bool, prereq bool, pre bigint[], same bool[])
 RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	st text := CASE WHEN held THEN 'depend' ELSE 'waiting' END;
+	frees bool := EXISTS (SELECT 1 FROM frameq.depend d
+						   WHERE d.on_layer = _insert_tasks.layer AND d.kind = 'frames'
+							 AND NOT d.satisfied);
+	other bigint[] := ARRAY(SELECT p FROM unnest(pre, same) u(p, s) WHERE NOT s);
 BEGIN
 	IF cardinality(pre) = 0 THEN
 		IF chunk = 1 THEN
-			INSERT INTO frameq.frame (job, layer, number, state, prereq)
-			SELECT job, layer, n, st, prereq FROM frameq._frame_numbers(frame_range, 'range') n;
+			INSERT INTO frameq.frame (job, layer, number, state, prereq, frees_by_number)
+			SELECT job, layer, n, st, prereq, frees FROM frameq._frame_numbers(frame_range, 'range') n;
 		ELSE
-			INSERT INTO frameq.frame (job, layer, number, numbers, state, prereq)
-			SELECT job, layer, t.first, t.numbers, st, prereq
+			INSERT INTO frameq.frame (job, layer, number, numbers, state, prereq, frees_by_number)
+			SELECT job, layer, t.first, t.numbers, st, prereq, frees
 			  FROM frameq._frame_tasks(frame_range, 'range', chunk) t;
 		END IF;
 		RETURN;
 	END IF;
-	IF chunk = 1 AND NOT EXISTS (SELECT 1 FROM frameq.frame p
-								  WHERE p.layer = ANY (pre) AND p.numbers IS NOT NULL) THEN
-		/* one number per task on both sides: a task waits for the tasks of its number */
-		WITH ins AS (
-				INSERT INTO frameq.frame (job, layer, number, state, prereq, deps_left)
-				SELECT _insert_tasks.job, _insert_tasks.layer, x.n,
-					   CASE WHEN held OR c.n > 0 THEN 'depend' ELSE 'waiting' END,
-					   _insert_tasks.prereq, c.n
-				  FROM frameq._frame_numbers(frame_range, 'range') x(n)
-				 CROSS JOIN LATERAL (SELECT count(*)::int AS n FROM frameq.frame p
-									  WHERE p.layer = ANY (pre) AND p.number = x.n) c
-				RETURNING id, number)
-		INSERT INTO frameq.frame_depend (on_frame, frame)
-		SELECT p.id, ins.id FROM ins JOIN frameq.frame p ON p.layer = ANY (pre) AND p.number = ins.number;
+	IF chunk = 1 THEN
+		/* how many tasks of those layers hold each number */
+		INSERT INTO frameq.frame (job, layer, number, state, prereq, frees_by_number, deps_left)
+		SELECT _insert_tasks.job, _insert_tasks.layer, x.n,
+			   CASE WHEN held OR k.n + coalesce(c.n, 0) > 0 THEN 'depend' ELSE 'waiting' END,
+			   _insert_tasks.prereq, frees, k.n + coalesce(c.n, 0)
+		  FROM frameq._frame_numbers(frame_range, 'range') x(n)
+		 CROSS JOIN (SELECT count(*)::int AS n FROM unnest(same) s WHERE s) k
+		  LEFT JOIN (SELECT y.n AS number, count(*)::int AS n
+					   FROM (SELECT p.number AS n FROM frameq.frame p
+							  WHERE p.layer = ANY (other) AND p.numbers IS NULL
+							 UNION ALL
+							 SELECT u.n FROM frameq.frame p CROSS JOIN LATERAL unnest(p.numbers) u(n)
+							  WHERE p.layer = ANY (other) AND p.numbers IS NOT NULL) y
+					  GROUP BY y.n) c ON c.number = x.n;
 		RETURN;
 	END IF;
 	WITH pm AS (
@@ -648,10 +742,11 @@ BEGIN
 			  JOIN pm ON pm.n = x.n),
 		 c AS (SELECT e.first, count(*)::int AS n FROM e GROUP BY e.first),
 		 ins AS (
-			INSERT INTO frameq.frame (job, layer, number, numbers, state, prereq, deps_left)
+			INSERT INTO frameq.frame (job, layer, number, numbers, state, prereq, frees_by_number,
+									  deps_left)
 			SELECT _insert_tasks.job, _insert_tasks.layer, tt.first, tt.numbers,
 				   CASE WHEN held OR c.n IS NOT NULL THEN 'depend' ELSE 'waiting' END,
-				   _insert_tasks.prereq, coalesce(c.n, 0)
+				   _insert_tasks.prereq, frees, coalesce(c.n, 0)
 			  FROM tt LEFT JOIN c ON c.first = tt.first
 			RETURNING id, number)
 	INSERT INTO frameq.frame_depend (on_frame, frame)

@@ -83,21 +83,36 @@ CREATE FUNCTION frameq._cores_class(min_cc int) RETURNS smallint
 /*
  * Queue these layers at their job's current priority, one row per tag, and
  * list their streams.  A row already there for the layer, tag and
- * priority is held instead (FOR KEY SHARE): a tidy deletes only rows it
- * can lock (SKIP LOCKED), so a held row lasts until this transaction ends,
- * by when its snapshot-bound deletes can see the frame this transaction
- * made waiting.  A row being deleted (locked by a tidy) is skipped, and a
- * new one written.  So a layer whose tasks are freed one transaction at a
- * time (a frame-by-frame dependent) keeps one row, not one per task.
- * PL/pgSQL with a generic plan, so that it is planned once per session,
- * not at every call (a custom plan each time cost 0.4 ms a call).
+ * priority is relied on instead of writing another, so a layer whose tasks
+ * are freed one transaction at a time (a frame-by-frame dependent) keeps
+ * one row, not one per task.  What keeps that row until this transaction
+ * has committed (by when every tidy's snapshot sees the frame it made
+ * waiting) is, first, the job's dispatch lock in SHARE: a tidy deletes
+ * only rows of jobs whose lock it could take in EXCLUSIVE, and reads
+ * after taking it; the rows are then read with a snapshot taken after the
+ * lock.  Where the lock is not to be had at once (a tidy or depend_job
+ * has it) or the snapshot is the transaction's, the row itself is held
+ * (FOR KEY SHARE; a tidy's delete skips what it cannot lock), and a row
+ * being deleted is skipped and a new one written.  The lock is the common
+ * path because a row lock shared by many transactions at once is rewritten
+ * (a multixact) by each.  PL/pgSQL with generic plans, planned once per
+ * session.
  */
 CREATE FUNCTION frameq._queue_layers(layers bigint[]) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+	held_layers bigint[] := '{}';
 BEGIN
-	WITH held AS (
+	IF current_setting('transaction_isolation') = 'read committed' THEN
+		held_layers := ARRAY(SELECT l.id FROM frameq.layer l
+							  WHERE l.id = ANY (layers) AND frameq._hold_job(l.job));
+	END IF;
+	WITH seen AS (
 			SELECT q.layer, q.tag, q.priority FROM frameq.dispatch_queue q
-			 WHERE q.layer = ANY (layers)
+			 WHERE q.layer = ANY (held_layers)),
+		 held AS (
+			SELECT q.layer, q.tag, q.priority FROM frameq.dispatch_queue q
+			 WHERE q.layer = ANY (layers) AND q.layer <> ALL (held_layers)
 			   FOR KEY SHARE OF q SKIP LOCKED),
 		 queued AS (
 			INSERT INTO frameq.dispatch_queue
@@ -112,6 +127,8 @@ BEGIN
 								   FROM unnest(CASE WHEN cardinality(l.tags) = 0
 													THEN ARRAY['']::text[] ELSE l.tags END) x) t
 			 WHERE l.id = ANY (layers)
+			   AND NOT EXISTS (SELECT 1 FROM seen h
+								WHERE h.layer = l.id AND h.tag = t.tag AND h.priority = j.priority)
 			   AND NOT EXISTS (SELECT 1 FROM held h
 								WHERE h.layer = l.id AND h.tag = t.tag AND h.priority = j.priority)
 			RETURNING show, tag, gpu, mem_class, core_class)
@@ -234,10 +251,15 @@ CREATE TRIGGER job_queue AFTER UPDATE OF state, priority ON frameq.job
  * queued at the new one first), layers it found with no frame to take, and
  * rows it found over a parked cap.  Each delete is one statement, so its
  * test and what it deletes share one snapshot (see the top of this file),
- * and takes only rows it can lock without waiting.
+ * and takes only rows it can lock without waiting, of jobs whose dispatch
+ * lock it took (in EXCLUSIVE, only tried) in the statement before, so
+ * that no transaction relying on a row under that lock (_queue_layers)
+ * is in flight and the delete's snapshot sees every one that was.
  */
 CREATE FUNCTION frameq._dispatch_tidy(stale tid[], emptied bigint[], parked tid[]) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	jobs bigint[];
 BEGIN
 	IF pg_catalog.cardinality(stale) OPERATOR(pg_catalog.>) 0 THEN
 		PERFORM frameq._queue_layers(ARRAY(
@@ -245,28 +267,37 @@ BEGIN
 			  JOIN frameq.job j ON j.id OPERATOR(pg_catalog.=) q.job
 			 WHERE q.ctid OPERATOR(pg_catalog.=) ANY (stale) AND j.state OPERATOR(pg_catalog.=) 'active'
 			   AND j.priority OPERATOR(pg_catalog.<>) q.priority));
+		jobs := frameq._claim_jobs(ARRAY(SELECT DISTINCT x.job FROM frameq.dispatch_queue x
+										  WHERE x.ctid OPERATOR(pg_catalog.=) ANY (stale)));
 		DELETE FROM frameq.dispatch_queue q
 		 WHERE q.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
 				SELECT x.ctid FROM frameq.dispatch_queue x
-				 WHERE x.ctid OPERATOR(pg_catalog.=) ANY (stale) FOR UPDATE SKIP LOCKED))
+				 WHERE x.ctid OPERATOR(pg_catalog.=) ANY (stale)
+				   AND x.job OPERATOR(pg_catalog.=) ANY (jobs) FOR UPDATE SKIP LOCKED))
 		   AND NOT EXISTS (SELECT 1 FROM frameq.job j
 							WHERE j.id OPERATOR(pg_catalog.=) q.job AND j.state OPERATOR(pg_catalog.=) 'active'
 							  AND j.priority OPERATOR(pg_catalog.=) q.priority);
 	END IF;
 	IF pg_catalog.cardinality(emptied) OPERATOR(pg_catalog.>) 0 THEN
+		jobs := frameq._claim_jobs(ARRAY(SELECT DISTINCT x.job FROM frameq.dispatch_queue x
+										  WHERE x.layer OPERATOR(pg_catalog.=) ANY (emptied)));
 		DELETE FROM frameq.dispatch_queue q
 		 WHERE q.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
 				SELECT x.ctid FROM frameq.dispatch_queue x
-				 WHERE x.layer OPERATOR(pg_catalog.=) ANY (emptied) FOR UPDATE SKIP LOCKED))
+				 WHERE x.layer OPERATOR(pg_catalog.=) ANY (emptied)
+				   AND x.job OPERATOR(pg_catalog.=) ANY (jobs) FOR UPDATE SKIP LOCKED))
 		   AND NOT EXISTS (SELECT 1 FROM frameq.frame f
 							WHERE f.layer OPERATOR(pg_catalog.=) q.layer
 							  AND f.state OPERATOR(pg_catalog.=) 'waiting');
 	END IF;
 	IF pg_catalog.cardinality(parked) OPERATOR(pg_catalog.>) 0 THEN
+		jobs := frameq._claim_jobs(ARRAY(SELECT DISTINCT x.job FROM frameq.dispatch_queue x
+										  WHERE x.ctid OPERATOR(pg_catalog.=) ANY (parked)));
 		DELETE FROM frameq.dispatch_queue q
 		 WHERE q.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(
 				SELECT x.ctid FROM frameq.dispatch_queue x
-				 WHERE x.ctid OPERATOR(pg_catalog.=) ANY (parked) FOR UPDATE SKIP LOCKED))
+				 WHERE x.ctid OPERATOR(pg_catalog.=) ANY (parked)
+				   AND x.job OPERATOR(pg_catalog.=) ANY (jobs) FOR UPDATE SKIP LOCKED))
 		   AND EXISTS (SELECT 1 FROM frameq.job j
 						 LEFT JOIN frameq.folder f ON f.id OPERATOR(pg_catalog.=) j.folder
 						WHERE j.id OPERATOR(pg_catalog.=) q.job

@@ -29,6 +29,23 @@ CREATE FUNCTION frameq._lock_host(host int, wait_ms int) RETURNS boolean
 	AS 'MODULE_PATHNAME', 'frameq_lock_host_sql' LANGUAGE C VOLATILE
 	SET search_path = pg_catalog, pg_temp;
 
+/*
+ * A job's dispatch lock (src/frameq.h): _hold_job tries it in SHARE for
+ * this transaction (false if an EXCLUSIVE holder or waiter has it: fall
+ * back to row locks); _claim_jobs tries it in EXCLUSIVE for each job and
+ * returns those taken; _lock_job takes it in EXCLUSIVE waiting at most
+ * frameq.lock_wait (then 55P03).  Not granted to anyone.
+ */
+CREATE FUNCTION frameq._hold_job(job bigint) RETURNS boolean
+	AS 'MODULE_PATHNAME', 'frameq_hold_job_sql' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
+CREATE FUNCTION frameq._claim_jobs(jobs bigint[]) RETURNS bigint[]
+	AS 'MODULE_PATHNAME', 'frameq_claim_jobs' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
+CREATE FUNCTION frameq._lock_job(job bigint) RETURNS void
+	AS 'MODULE_PATHNAME', 'frameq_lock_job' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
+
 /* the host of that name in the farm (not retired), or 42704 */
 CREATE FUNCTION frameq._host_by_name(host text) RETURNS frameq.host
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$

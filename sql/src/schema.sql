@@ -163,12 +163,16 @@ CREATE TABLE frameq.layer_limit (
 /*
  * Dependencies (depends.sql): of a job on a job (kind 'job': job, on_job)
  * and of a layer on a layer of its job (kind 'layer': layer, on_layer).
- * Frame-by-frame dependencies are edges between tasks, in frame_depend.
- * satisfied is set once and never cleared.
+ * Frame-by-frame dependencies of an unchunked layer (kind 'frames': layer,
+ * on_layer) have no row per task: each task's prerequisite is the task of
+ * on_layer that holds its number, found by number; satisfied here means
+ * dropped (drop_depends: every such edge counts as met).  Those of a
+ * chunked layer are edges between tasks, in frame_depend.  satisfied is
+ * set once and never cleared.
  */
 CREATE TABLE frameq.depend (
 	id			bigserial PRIMARY KEY,
-	kind		text NOT NULL CHECK (kind IN ('job', 'layer')),
+	kind		text NOT NULL CHECK (kind IN ('job', 'layer', 'frames')),
 	job			bigint NOT NULL,
 	layer		bigint,
 	on_job		bigint NOT NULL,
@@ -180,6 +184,7 @@ CREATE TABLE frameq.depend (
 CREATE INDEX depend_job ON frameq.depend (job, layer);
 CREATE INDEX depend_on_job ON frameq.depend (on_job) WHERE kind = 'job' AND NOT satisfied;
 CREATE INDEX depend_on_layer ON frameq.depend (on_layer) WHERE kind = 'layer' AND NOT satisfied;
+CREATE INDEX depend_on_frames ON frameq.depend (on_layer) WHERE kind = 'frames' AND NOT satisfied;
 
 CREATE TABLE frameq.frame (
 	id			bigserial PRIMARY KEY,
@@ -205,7 +210,13 @@ CREATE TABLE frameq.frame (
 	/* dependencies (depends.sql): unmet frame-by-frame prerequisites */
 	deps_left	int NOT NULL DEFAULT 0 CHECK (deps_left >= 0),
 	/* a prerequisite of a task or a layer: its end is watched (depends.sql) */
-	prereq		bool NOT NULL DEFAULT false
+	prereq		bool NOT NULL DEFAULT false,
+	/*
+	 * tasks of an unchunked layer wait for this one frame by frame, found
+	 * by number (depend kind 'frames'), and its first end, which clears
+	 * this, has yet to meet them
+	 */
+	frees_by_number bool NOT NULL DEFAULT false
 );
 /* the next waiting frame of a layer, without reading the rest of the backlog */
 CREATE INDEX frame_waiting ON frameq.frame (layer, number) WHERE state = 'waiting';
@@ -223,8 +234,9 @@ CREATE INDEX frame_dead ON frameq.frame (job) WHERE state = 'dead';
 CREATE INDEX frame_held ON frameq.frame (layer) WHERE state = 'depend' AND deps_left = 0;
 
 /*
- * Frame-by-frame dependencies: task frame waits for task on_frame (of
- * another layer of the job, holding one of its frame numbers).
+ * Frame-by-frame dependencies of a chunked layer's tasks: task frame waits
+ * for task on_frame (of another layer of the job, holding one of its frame
+ * numbers).
  */
 CREATE TABLE frameq.frame_depend (
 	on_frame	bigint NOT NULL,

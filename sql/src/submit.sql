@@ -535,6 +535,12 @@ BEGIN
 	SELECT 'layer', job_id, l_id[x], job_id, l_id[array_position(l_name, a)]
 	  FROM generate_series(1, array_length(l_name, 1)) x
 	 CROSS JOIN LATERAL jsonb_array_elements_text(l_after[x]) a;
+	/* frame by frame into an unchunked layer: a row per layer waited for */
+	INSERT INTO frameq.depend (kind, job, layer, on_job, on_layer)
+	SELECT DISTINCT 'frames', job_id, l_id[x], job_id, l_id[array_position(l_name, a)]
+	  FROM generate_series(1, array_length(l_name, 1)) x
+	 CROSS JOIN LATERAL jsonb_array_elements_text(l_after_frames[x]) a
+	 WHERE l_chunk[x] = 1;
 	/* the tasks, every layer after those it waits for frame by frame */
 	FOREACH i IN ARRAY write_order LOOP
 		PERFORM frameq._insert_tasks(job_id, l_id[i], l_range[i], l_chunk[i],
@@ -542,6 +548,8 @@ BEGIN
 			EXISTS (SELECT 1 FROM generate_series(1, array_length(l_name, 1)) x
 					 WHERE l_after[x] ? l_name[i] OR l_after_frames[x] ? l_name[i]),
 			ARRAY(SELECT l_id[array_position(l_name, a)]
+					FROM jsonb_array_elements_text(l_after_frames[i]) a),
+			ARRAY(SELECT l_range[array_position(l_name, a)] = l_range[i]
 					FROM jsonb_array_elements_text(l_after_frames[i]) a));
 	END LOOP;
 	PERFORM frameq._announce_job_ready(job_id);
