@@ -15,27 +15,42 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = for
 DECLARE
 	r record;
 BEGIN
+	/* each kind in a statement of its own, so the common one runs alone */
+	IF OLD.frees_by_number THEN
+		FOR r IN WITH less AS (
+					UPDATE frameq.frame f
+					   SET deps_left = f.deps_left - 1,
+						   state = CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 'waiting' ELSE f.state END,
+						   version = f.version + CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 1 ELSE 0 END
+					  FROM frameq.depend d
+					 WHERE d.on_layer = NEW.layer AND d.kind = 'frames' AND NOT d.satisfied
+					   AND f.layer = d.layer AND f.number = ANY (coalesce(NEW.numbers, ARRAY[NEW.number]))
+					   AND f.deps_left > 0
+					RETURNING f.job, f.layer, f.number, f.state, f.deps_left)
+				 SELECT x.job, x.layer, min(x.number) AS low, count(*) AS freed
+				   FROM less x WHERE x.deps_left = 0 AND x.state = 'waiting'
+				  GROUP BY x.job, x.layer LOOP
+			PERFORM frameq._frame_waiting(r.layer, r.low), frameq._announce_ready(r.job, r.layer, r.freed);
+		END LOOP;
+	END IF;
+	IF NOT NEW.prereq THEN
+		RETURN NULL;
+	END IF;
 	FOR r IN WITH met AS (
 				UPDATE frameq.frame_depend e SET satisfied = true
 				 WHERE e.on_frame = NEW.id AND NOT e.satisfied
 				RETURNING e.frame),
-			 found AS (
-				SELECT f.id FROM frameq.depend d JOIN frameq.frame f ON f.layer = d.layer
-				 WHERE OLD.frees_by_number AND d.on_layer = NEW.layer AND d.kind = 'frames'
-				   AND NOT d.satisfied AND f.number = ANY (coalesce(NEW.numbers, ARRAY[NEW.number]))),
 			 less AS (
 				UPDATE frameq.frame f
 				   SET deps_left = f.deps_left - 1,
 					   state = CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 'waiting' ELSE f.state END,
 					   version = f.version + CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 1 ELSE 0 END
-				  FROM (SELECT met.frame FROM met UNION ALL SELECT found.id FROM found) m
-				 WHERE f.id = m.frame AND f.deps_left > 0
+				  FROM met WHERE f.id = met.frame AND f.deps_left > 0
 				RETURNING f.job, f.layer, f.number, f.state, f.deps_left)
 			 SELECT x.job, x.layer, min(x.number) AS low, count(*) AS freed
 			   FROM less x WHERE x.deps_left = 0 AND x.state = 'waiting'
 			  GROUP BY x.job, x.layer LOOP
-		PERFORM frameq._frame_waiting(r.layer, r.low);
-		PERFORM frameq._announce_ready(r.job, r.layer, r.freed);
+		PERFORM frameq._frame_waiting(r.layer, r.low), frameq._announce_ready(r.job, r.layer, r.freed);
 	END LOOP;
 	IF EXISTS (SELECT 1 FROM frameq.depend d
 				WHERE d.on_layer = NEW.layer AND d.kind = 'layer' AND NOT d.satisfied) THEN
@@ -44,6 +59,12 @@ BEGIN
 	RETURN NULL;
 END
 $$;
+
+DROP TRIGGER frame_prereq_done ON frameq.frame;
+CREATE TRIGGER frame_prereq_done AFTER UPDATE OF state ON frameq.frame
+	FOR EACH ROW WHEN ((NEW.prereq OR OLD.frees_by_number) AND NEW.state IN ('succeeded', 'eaten')
+					   AND OLD.state NOT IN ('succeeded', 'eaten'))
+	EXECUTE FUNCTION frameq._prereq_done();
 
 /* a prerequisite's first end meets the tasks found by its numbers, once */
 CREATE FUNCTION frameq._frees_once() RETURNS trigger
@@ -57,6 +78,29 @@ CREATE TRIGGER frame_frees_once BEFORE UPDATE OF state ON frameq.frame
 	FOR EACH ROW WHEN (OLD.frees_by_number AND NEW.state IN ('succeeded', 'eaten'))
 	EXECUTE FUNCTION frameq._frees_once();
 REVOKE ALL ON FUNCTION frameq._frees_once() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION frameq._free_tasks(tasks bigint[]) RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+	r record;
+	n bigint := 0;
+BEGIN
+	IF tasks IS NULL OR cardinality(tasks) = 0 THEN
+		RETURN 0;
+	END IF;
+	FOR r IN WITH freed AS (
+				UPDATE frameq.frame f SET state = 'waiting', version = f.version + 1
+				 WHERE f.id = ANY (tasks) AND f.state = 'depend' AND f.deps_left = 0
+				RETURNING f.job, f.layer, f.number, f.state)
+			 SELECT x.job, x.layer, min(x.number) AS low, count(*) AS freed
+			   FROM freed x WHERE x.state = 'waiting'
+			  GROUP BY x.job, x.layer LOOP
+		PERFORM frameq._frame_waiting(r.layer, r.low), frameq._announce_ready(r.job, r.layer, r.freed);
+		n := n + r.freed;
+	END LOOP;
+	RETURN n;
+END
+$$;
 
 CREATE OR REPLACE FUNCTION frameq.drop_depends(job bigint, layer text DEFAULT NULL) RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -439,7 +483,7 @@ BEGIN
 		PERFORM frameq._insert_tasks(job_id, l_id[i], l_range[i], l_chunk[i],
 			unmet_jobs + jsonb_array_length(l_after[i]) > 0,
 			EXISTS (SELECT 1 FROM generate_series(1, array_length(l_name, 1)) x
-					 WHERE l_after[x] ? l_name[i] OR l_after_frames[x] ? l_name[i]),
+					 WHERE l_after[x] ? l_name[i] OR (l_after_frames[x] ? l_name[i] AND l_chunk[x] > 1)),
 			ARRAY(SELECT l_id[array_position(l_name, a)]
 					FROM jsonb_array_elements_text(l_after_frames[i]) a),
 			ARRAY(SELECT l_range[array_position(l_name, a)] = l_range[i]
@@ -654,7 +698,7 @@ BEGIN
 	RETURN QUERY
 	SELECT 'dependencies', format('task %s of layer %s, a prerequisite, is not marked prereq', f.id, f.layer)
 	  FROM frameq.depend d JOIN frameq.frame f ON f.layer = d.on_layer
-	 WHERE d.kind IN ('layer', 'frames') AND NOT f.prereq;
+	 WHERE d.kind = 'layer' AND NOT f.prereq;
 
 	RETURN QUERY
 	SELECT 'dependencies', format('job %s still waits for job %s, which is done', d.job, d.on_job)

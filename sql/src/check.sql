@@ -228,7 +228,7 @@ BEGIN
 	RETURN QUERY
 	SELECT 'dependencies', format('task %s of layer %s, a prerequisite, is not marked prereq', f.id, f.layer)
 	  FROM frameq.depend d JOIN frameq.frame f ON f.layer = d.on_layer
-	 WHERE d.kind IN ('layer', 'frames') AND NOT f.prereq;
+	 WHERE d.kind = 'layer' AND NOT f.prereq;
 
 	RETURN QUERY
 	SELECT 'dependencies', format('job %s still waits for job %s, which is done', d.job, d.on_job)

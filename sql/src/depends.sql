@@ -28,7 +28,9 @@
  *
  * What meets a dependency, at the cost of the tasks it frees:
  * - a prerequisite task ending succeeded or eaten, the first time (frame
- *	 trigger prereq_done, on tasks marked prereq at submit): its unmet edges
+ *	 trigger prereq_done, on tasks marked prereq or frees_by_number at
+ *	 submit; only prereq ones are in the indexes of a layer's unfinished
+ *	 prerequisite tasks, frame_prereq_open and _idle): its unmet edges
  *	 and, the first time (frees_by_number, cleared by frame_frees_once),
  *	 the tasks of its numbers in the unchunked layers waiting for it are
  *	 met, and, if its layer is a prerequisite of a layer, the layer is
@@ -121,8 +123,7 @@ BEGIN
 			 SELECT x.job, x.layer, min(x.number) AS low, count(*) AS freed
 			   FROM freed x WHERE x.state = 'waiting'
 			  GROUP BY x.job, x.layer LOOP
-		PERFORM frameq._frame_waiting(r.layer, r.low);
-		PERFORM frameq._announce_ready(r.job, r.layer, r.freed);
+		PERFORM frameq._frame_waiting(r.layer, r.low), frameq._announce_ready(r.job, r.layer, r.freed);
 		n := n + r.freed;
 	END LOOP;
 	RETURN n;
@@ -238,27 +239,42 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = for
 DECLARE
 	r record;
 BEGIN
+	/* each kind in a statement of its own, so the common one runs alone */
+	IF OLD.frees_by_number THEN
+		FOR r IN WITH less AS (
+					UPDATE frameq.frame f
+					   SET deps_left = f.deps_left - 1,
+						   state = CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 'waiting' ELSE f.state END,
+						   version = f.version + CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 1 ELSE 0 END
+					  FROM frameq.depend d
+					 WHERE d.on_layer = NEW.layer AND d.kind = 'frames' AND NOT d.satisfied
+					   AND f.layer = d.layer AND f.number = ANY (coalesce(NEW.numbers, ARRAY[NEW.number]))
+					   AND f.deps_left > 0
+					RETURNING f.job, f.layer, f.number, f.state, f.deps_left)
+				 SELECT x.job, x.layer, min(x.number) AS low, count(*) AS freed
+				   FROM less x WHERE x.deps_left = 0 AND x.state = 'waiting'
+				  GROUP BY x.job, x.layer LOOP
+			PERFORM frameq._frame_waiting(r.layer, r.low), frameq._announce_ready(r.job, r.layer, r.freed);
+		END LOOP;
+	END IF;
+	IF NOT NEW.prereq THEN
+		RETURN NULL;
+	END IF;
 	FOR r IN WITH met AS (
 				UPDATE frameq.frame_depend e SET satisfied = true
 				 WHERE e.on_frame = NEW.id AND NOT e.satisfied
 				RETURNING e.frame),
-			 found AS (
-				SELECT f.id FROM frameq.depend d JOIN frameq.frame f ON f.layer = d.layer
-				 WHERE OLD.frees_by_number AND d.on_layer = NEW.layer AND d.kind = 'frames'
-				   AND NOT d.satisfied AND f.number = ANY (coalesce(NEW.numbers, ARRAY[NEW.number]))),
 			 less AS (
 				UPDATE frameq.frame f
 				   SET deps_left = f.deps_left - 1,
 					   state = CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 'waiting' ELSE f.state END,
 					   version = f.version + CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 1 ELSE 0 END
-				  FROM (SELECT met.frame FROM met UNION ALL SELECT found.id FROM found) m
-				 WHERE f.id = m.frame AND f.deps_left > 0
+				  FROM met WHERE f.id = met.frame AND f.deps_left > 0
 				RETURNING f.job, f.layer, f.number, f.state, f.deps_left)
 			 SELECT x.job, x.layer, min(x.number) AS low, count(*) AS freed
 			   FROM less x WHERE x.deps_left = 0 AND x.state = 'waiting'
 			  GROUP BY x.job, x.layer LOOP
-		PERFORM frameq._frame_waiting(r.layer, r.low);
-		PERFORM frameq._announce_ready(r.job, r.layer, r.freed);
+		PERFORM frameq._frame_waiting(r.layer, r.low), frameq._announce_ready(r.job, r.layer, r.freed);
 	END LOOP;
 	IF EXISTS (SELECT 1 FROM frameq.depend d
 				WHERE d.on_layer = NEW.layer AND d.kind = 'layer' AND NOT d.satisfied) THEN
@@ -268,7 +284,7 @@ BEGIN
 END
 $$;
 CREATE TRIGGER frame_prereq_done AFTER UPDATE OF state ON frameq.frame
-	FOR EACH ROW WHEN (NEW.prereq AND NEW.state IN ('succeeded', 'eaten')
+	FOR EACH ROW WHEN ((NEW.prereq OR OLD.frees_by_number) AND NEW.state IN ('succeeded', 'eaten')
 					   AND OLD.state NOT IN ('succeeded', 'eaten'))
 	EXECUTE FUNCTION frameq._prereq_done();
 
@@ -682,9 +698,10 @@ $$;
 /*
  * Write a layer's tasks (submit): 'depend' if the layer is held (held) or
  * the task waits for a task of a layer in pre (after_frames, whose tasks
- * are written already), else 'waiting'; prereq if the layer is one other
- * layers wait for, and frees_by_number if an unchunked one waits for it
- * frame by frame (its depend rows are written already).  A task waits for
+ * are written already), else 'waiting'; prereq if a layer waits for this
+ * one whole or a chunked layer frame by frame (edges), and frees_by_number
+ * if an unchunked one waits for it frame by frame (its depend rows are
+ * written already).  A task waits for
  * every task of those layers that holds one of its frame numbers: an
  * unchunked layer's task counts them (they are found by number when they
  * end); a chunked layer's task has its edges written with it.  same[i]

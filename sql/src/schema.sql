@@ -209,7 +209,7 @@ CREATE TABLE frameq.frame (
 	UNIQUE (layer, number),
 	/* dependencies (depends.sql): unmet frame-by-frame prerequisites */
 	deps_left	int NOT NULL DEFAULT 0 CHECK (deps_left >= 0),
-	/* a prerequisite of a task or a layer: its end is watched (depends.sql) */
+	/* a prerequisite of a layer, or of a chunked layer's tasks: its end is watched (depends.sql) */
 	prereq		bool NOT NULL DEFAULT false,
 	/*
 	 * tasks of an unchunked layer wait for this one frame by frame, found

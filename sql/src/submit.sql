@@ -546,7 +546,7 @@ BEGIN
 		PERFORM frameq._insert_tasks(job_id, l_id[i], l_range[i], l_chunk[i],
 			unmet_jobs + jsonb_array_length(l_after[i]) > 0,
 			EXISTS (SELECT 1 FROM generate_series(1, array_length(l_name, 1)) x
-					 WHERE l_after[x] ? l_name[i] OR l_after_frames[x] ? l_name[i]),
+					 WHERE l_after[x] ? l_name[i] OR (l_after_frames[x] ? l_name[i] AND l_chunk[x] > 1)),
 			ARRAY(SELECT l_id[array_position(l_name, a)]
 					FROM jsonb_array_elements_text(l_after_frames[i]) a),
 			ARRAY(SELECT l_range[array_position(l_name, a)] = l_range[i]
