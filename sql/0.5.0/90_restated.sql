@@ -6,6 +6,10 @@
  * Generated from the topic files: edit those.
  */
 
+DROP TRIGGER frame_queue_waiting ON frameq.frame;
+
+DROP FUNCTION frameq._frame_queue_waiting();
+
 DROP FUNCTION frameq._insert_tasks(bigint, bigint, text, int, bool, bool, bigint[]);
 
 CREATE FUNCTION frameq._hold_job(job bigint) RETURNS boolean
@@ -66,33 +70,6 @@ BEGIN
 		 * the duplicate).
 		 */
 		OR current_setting('transaction_isolation') <> 'read committed';
-END
-$$;
-
-CREATE OR REPLACE FUNCTION frameq._frame_queue_waiting() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
-DECLARE
-	held bool;
-BEGIN
-	/*
-	 * Most often the layer has its rows already (tasks freed one at a
-	 * time): with the job's dispatch lock held they stay, as in
-	 * _queue_layers, and a test for them (a statement after the lock's)
-	 * costs less than writing nothing there.
-	 */
-	held := current_setting('transaction_isolation') = 'read committed' AND frameq._hold_job(NEW.job);
-	IF held AND NOT EXISTS (
-			SELECT 1 FROM frameq.layer l
-			  JOIN frameq.job j ON j.id = l.job
-			 CROSS JOIN LATERAL unnest(CASE WHEN cardinality(l.tags) = 0
-											THEN ARRAY['']::text[] ELSE l.tags END) t(tag)
-			 WHERE l.id = NEW.layer
-			   AND NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
-								WHERE q.layer = l.id AND q.tag = t.tag AND q.priority = j.priority)) THEN
-		RETURN NULL;
-	END IF;
-	PERFORM frameq._queue_layers(ARRAY[NEW.layer]);
-	RETURN NULL;
 END
 $$;
 
@@ -435,7 +412,21 @@ DECLARE
 	r record;
 BEGIN
 	/* each kind in a statement of its own, so the common one runs alone */
-	IF OLD.frees_by_number THEN
+	IF OLD.frees_by_number AND NEW.numbers IS NULL THEN
+		/* one number: at most one task of each layer waiting for it */
+		FOR r IN UPDATE frameq.frame f
+					SET deps_left = f.deps_left - 1,
+						state = CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 'waiting' ELSE f.state END,
+						version = f.version + CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 1 ELSE 0 END
+				   FROM frameq.depend d
+				  WHERE d.on_layer = NEW.layer AND d.kind = 'frames' AND NOT d.satisfied
+					AND f.layer = d.layer AND f.number = NEW.number AND f.deps_left > 0
+			  RETURNING f.job, f.layer, f.number, f.state, f.deps_left LOOP
+			IF r.deps_left = 0 AND r.state = 'waiting' THEN
+				PERFORM frameq._frame_waiting(r.layer, r.number), frameq._announce_ready(r.job, r.layer, 1);
+			END IF;
+		END LOOP;
+	ELSIF OLD.frees_by_number THEN
 		FOR r IN WITH less AS (
 					UPDATE frameq.frame f
 					   SET deps_left = f.deps_left - 1,
@@ -443,8 +434,7 @@ BEGIN
 						   version = f.version + CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 1 ELSE 0 END
 					  FROM frameq.depend d
 					 WHERE d.on_layer = NEW.layer AND d.kind = 'frames' AND NOT d.satisfied
-					   AND f.layer = d.layer AND f.number = ANY (coalesce(NEW.numbers, ARRAY[NEW.number]))
-					   AND f.deps_left > 0
+					   AND f.layer = d.layer AND f.number = ANY (NEW.numbers) AND f.deps_left > 0
 					RETURNING f.job, f.layer, f.number, f.state, f.deps_left)
 				 SELECT x.job, x.layer, min(x.number) AS low, count(*) AS freed
 				   FROM less x WHERE x.deps_left = 0 AND x.state = 'waiting'
@@ -501,18 +491,34 @@ CREATE OR REPLACE FUNCTION frameq._frame_gate() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
 	held bool;
+	unmet int;
+	queued bool := false;
 BEGIN
 	IF NEW.deps_left > 0 THEN
 		NEW.state := 'depend';
 		RETURN NEW;
 	END IF;
 	held := current_setting('transaction_isolation') = 'read committed' AND frameq._hold_job(NEW.job);
-	/* a statement after the lock's: its snapshot follows it */
-	IF held AND (SELECT l.deps_left FROM frameq.layer l WHERE l.id = NEW.layer) = 0 THEN
-		RETURN NEW;
+	IF held THEN
+		SELECT l.deps_left,
+			   NOT EXISTS (SELECT 1 FROM unnest(CASE WHEN cardinality(l.tags) = 0
+													THEN ARRAY['']::text[] ELSE l.tags END) t(tag)
+							WHERE NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
+											   WHERE q.layer = l.id AND q.tag = t.tag
+												 AND q.priority = j.priority))
+		  INTO unmet, queued
+		  FROM frameq.layer l JOIN frameq.job j ON j.id = l.job
+		 WHERE l.id = NEW.layer;
 	END IF;
-	IF (SELECT l.deps_left FROM frameq.layer l WHERE l.id = NEW.layer FOR SHARE) > 0 THEN
-		NEW.state := 'depend';
+	IF NOT held OR unmet > 0 THEN
+		IF (SELECT l.deps_left FROM frameq.layer l WHERE l.id = NEW.layer FOR SHARE) > 0 THEN
+			NEW.state := 'depend';
+			RETURN NEW;
+		END IF;
+		queued := false;
+	END IF;
+	IF NOT queued THEN
+		PERFORM frameq._queue_layers(ARRAY[NEW.layer]);
 	END IF;
 	RETURN NEW;
 END

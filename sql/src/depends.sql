@@ -104,7 +104,7 @@ $$;
 /*
  * Make these 'depend' tasks 'waiting' if nothing holds them any more;
  * returns how many.  Their layers get their dispatch hints lowered and are
- * queued (frame_queue_waiting), and are announced, one notification per
+ * queued (frame_gate), and are announced, one notification per
  * layer.
  */
 CREATE FUNCTION frameq._free_tasks(tasks bigint[]) RETURNS bigint
@@ -240,7 +240,21 @@ DECLARE
 	r record;
 BEGIN
 	/* each kind in a statement of its own, so the common one runs alone */
-	IF OLD.frees_by_number THEN
+	IF OLD.frees_by_number AND NEW.numbers IS NULL THEN
+		/* one number: at most one task of each layer waiting for it */
+		FOR r IN UPDATE frameq.frame f
+					SET deps_left = f.deps_left - 1,
+						state = CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 'waiting' ELSE f.state END,
+						version = f.version + CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 1 ELSE 0 END
+				   FROM frameq.depend d
+				  WHERE d.on_layer = NEW.layer AND d.kind = 'frames' AND NOT d.satisfied
+					AND f.layer = d.layer AND f.number = NEW.number AND f.deps_left > 0
+			  RETURNING f.job, f.layer, f.number, f.state, f.deps_left LOOP
+			IF r.deps_left = 0 AND r.state = 'waiting' THEN
+				PERFORM frameq._frame_waiting(r.layer, r.number), frameq._announce_ready(r.job, r.layer, 1);
+			END IF;
+		END LOOP;
+	ELSIF OLD.frees_by_number THEN
 		FOR r IN WITH less AS (
 					UPDATE frameq.frame f
 					   SET deps_left = f.deps_left - 1,
@@ -248,8 +262,7 @@ BEGIN
 						   version = f.version + CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 1 ELSE 0 END
 					  FROM frameq.depend d
 					 WHERE d.on_layer = NEW.layer AND d.kind = 'frames' AND NOT d.satisfied
-					   AND f.layer = d.layer AND f.number = ANY (coalesce(NEW.numbers, ARRAY[NEW.number]))
-					   AND f.deps_left > 0
+					   AND f.layer = d.layer AND f.number = ANY (NEW.numbers) AND f.deps_left > 0
 					RETURNING f.job, f.layer, f.number, f.state, f.deps_left)
 				 SELECT x.job, x.layer, min(x.number) AS low, count(*) AS freed
 				   FROM less x WHERE x.deps_left = 0 AND x.state = 'waiting'
@@ -326,34 +339,55 @@ CREATE TRIGGER job_prereq_done AFTER UPDATE OF state ON frameq.job
 
 /*
  * The gate: a task made waiting that something still holds is 'depend'
- * instead.  Its layer's count may be changing under us: depend_job()
- * raises it (the only raise), a dependency met lowers it.  A raise is
- * kept out by the job's dispatch lock (src/frameq.h), which depend_job()
- * takes in EXCLUSIVE before it raises the count and moves the job's
- * waiting tasks: held here in SHARE, a count read after it (a statement
- * of its own: a later snapshot) that is 0 stays 0 until we commit, and
- * depend_job() then sees our task waiting.  A count above 0 may be
+ * instead, and one that stays waiting has its layer queued
+ * (_queue_layers).  Its layer's count may be changing under us:
+ * depend_job() raises it (the only raise), a dependency met lowers it.  A
+ * raise is kept out by the job's dispatch lock (src/frameq.h), which
+ * depend_job() takes in EXCLUSIVE before it raises the count and moves the
+ * job's waiting tasks: held here in SHARE, a count read after it (a
+ * statement of its own: a later snapshot) that is 0 stays 0 until we
+ * commit, and depend_job() then sees our task waiting.  The same statement
+ * asks whether the layer has its dispatch queue rows at the job's priority
+ * (the common case: tasks freed one at a time), which the lock keeps as
+ * _queue_layers explains; then nothing is written.  A count above 0 may be
  * falling, and outside READ COMMITTED or without the lock the read is not
  * fresh: then the count is read under FOR SHARE, which waits for the
  * transaction changing it.  (The lock, not FOR SHARE, is the common path:
  * every freeing transaction sharing a row lock rewrites it, a multixact.)
+ * A BEFORE trigger, so that one function call does both.
  */
 CREATE FUNCTION frameq._frame_gate() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
 	held bool;
+	unmet int;
+	queued bool := false;
 BEGIN
 	IF NEW.deps_left > 0 THEN
 		NEW.state := 'depend';
 		RETURN NEW;
 	END IF;
 	held := current_setting('transaction_isolation') = 'read committed' AND frameq._hold_job(NEW.job);
-	/* a statement after the lock's: its snapshot follows it */
-	IF held AND (SELECT l.deps_left FROM frameq.layer l WHERE l.id = NEW.layer) = 0 THEN
-		RETURN NEW;
+	IF held THEN
+		SELECT l.deps_left,
+			   NOT EXISTS (SELECT 1 FROM unnest(CASE WHEN cardinality(l.tags) = 0
+													THEN ARRAY['']::text[] ELSE l.tags END) t(tag)
+							WHERE NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
+											   WHERE q.layer = l.id AND q.tag = t.tag
+												 AND q.priority = j.priority))
+		  INTO unmet, queued
+		  FROM frameq.layer l JOIN frameq.job j ON j.id = l.job
+		 WHERE l.id = NEW.layer;
 	END IF;
-	IF (SELECT l.deps_left FROM frameq.layer l WHERE l.id = NEW.layer FOR SHARE) > 0 THEN
-		NEW.state := 'depend';
+	IF NOT held OR unmet > 0 THEN
+		IF (SELECT l.deps_left FROM frameq.layer l WHERE l.id = NEW.layer FOR SHARE) > 0 THEN
+			NEW.state := 'depend';
+			RETURN NEW;
+		END IF;
+		queued := false;
+	END IF;
+	IF NOT queued THEN
+		PERFORM frameq._queue_layers(ARRAY[NEW.layer]);
 	END IF;
 	RETURN NEW;
 END

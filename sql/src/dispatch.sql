@@ -210,40 +210,10 @@ CREATE TRIGGER frame_queue_inserted AFTER INSERT ON frameq.frame
 	FOR EACH STATEMENT EXECUTE FUNCTION frameq._frame_queue_inserted();
 
 /*
- * A frame made waiting again (release, retry_frame, a dependency met):
- * queue its layer.  A row trigger with a WHEN clause costs a booking's
- * claim nothing; a statement trigger with transition tables would copy
- * every claimed row.
+ * A frame made waiting again (release, retry_frame, a dependency met)
+ * queues its layer: the gate, frame_gate (depends.sql), does it, since it
+ * reads the layer under the same lock in the same statement.
  */
-CREATE FUNCTION frameq._frame_queue_waiting() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
-DECLARE
-	held bool;
-BEGIN
-	/*
-	 * Most often the layer has its rows already (tasks freed one at a
-	 * time): with the job's dispatch lock held they stay, as in
-	 * _queue_layers, and a test for them (a statement after the lock's)
-	 * costs less than writing nothing there.
-	 */
-	held := current_setting('transaction_isolation') = 'read committed' AND frameq._hold_job(NEW.job);
-	IF held AND NOT EXISTS (
-			SELECT 1 FROM frameq.layer l
-			  JOIN frameq.job j ON j.id = l.job
-			 CROSS JOIN LATERAL unnest(CASE WHEN cardinality(l.tags) = 0
-											THEN ARRAY['']::text[] ELSE l.tags END) t(tag)
-			 WHERE l.id = NEW.layer
-			   AND NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
-								WHERE q.layer = l.id AND q.tag = t.tag AND q.priority = j.priority)) THEN
-		RETURN NULL;
-	END IF;
-	PERFORM frameq._queue_layers(ARRAY[NEW.layer]);
-	RETURN NULL;
-END
-$$;
-CREATE TRIGGER frame_queue_waiting AFTER UPDATE OF state ON frameq.frame
-	FOR EACH ROW WHEN (NEW.state = 'waiting' AND OLD.state IS DISTINCT FROM 'waiting')
-	EXECUTE FUNCTION frameq._frame_queue_waiting();
 
 /*
  * A job resumed or given a new priority: queue every layer of it at the
