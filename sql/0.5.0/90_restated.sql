@@ -383,6 +383,17 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION frameq._announce_ready(job bigint, layer bigint, count bigint) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	IF count > 0 AND NOT frameq._released_in_xact()
+	   AND EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = _announce_ready.job AND j.state = 'active') THEN
+		PERFORM pg_notify('frameq_ready',
+						  json_build_object('job', job, 'layer', layer, 'count', count)::text);
+	END IF;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION frameq._free_tasks(tasks bigint[]) RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
 DECLARE

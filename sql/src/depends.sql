@@ -77,12 +77,14 @@ CREATE FUNCTION frameq._released_in_xact() RETURNS bool
 /*
  * Tasks of a layer became bookable in this transaction: say so on
  * frameq_ready, unless the transaction released a proc (its frameq_release
- * says it then).  A hint for agents; nothing depends on its arrival.
+ * says it then) or the job is not active (resuming it says it then).  A
+ * hint for agents; nothing depends on its arrival.
  */
 CREATE FUNCTION frameq._announce_ready(job bigint, layer bigint, count bigint) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-	IF count > 0 AND NOT frameq._released_in_xact() THEN
+	IF count > 0 AND NOT frameq._released_in_xact()
+	   AND EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = _announce_ready.job AND j.state = 'active') THEN
 		PERFORM pg_notify('frameq_ready',
 						  json_build_object('job', job, 'layer', layer, 'count', count)::text);
 	END IF;

@@ -9,7 +9,8 @@
 #     dependent layer in the same transaction;
 #   - eat_frame of a waiting prerequisite, drop_depends: the freed layer;
 #   - retry_frame of a finished task: its layer, count 1;
-#   - a paused job: nothing at submit, its layers when set_job resumes it.
+#   - a paused job: nothing at submit, nor when an operator frees its tasks;
+#     its layers when set_job resumes it.
 # Absence is checked over a quiet half second after the call's commit.
 set -euo pipefail
 
@@ -120,6 +121,24 @@ if got != [(d, layer_id(d, "render"), 2)]:
     fail("resuming the paused job announced %s" % got)
 else:
     ok("a paused job is announced when it is resumed, not at its submit")
+# a paused job's tasks freed by an operator: announced when it resumes, not before
+e = pipe("e", paused=True, priority=-6)
+heard("submit paused e")
+q("SELECT frameq.eat_frame(%s)", task(e, "render", 1))
+q("SELECT frameq.eat_frame(%s)", task(e, "render", 2))
+got = ready(heard("eat in a paused job"))
+comp = q("SELECT state FROM frameq.frame f JOIN frameq.layer l ON l.id = f.layer"
+         " WHERE f.job = %s AND l.name = 'comp' ORDER BY f.number", e)
+if got or comp != [("waiting",), ("waiting",)]:
+    fail("eating a paused job's render announced %s, comp %s" % (got, comp))
+else:
+    ok("tasks of a paused job freed by eat_frame are not announced (not bookable yet)")
+q("SELECT frameq.set_job(%s, paused => false)", e)
+got = ready(heard("resume e"))
+if got != [(e, layer_id(e, "comp"), 2)]:
+    fail("resuming it announced %s, wanted comp's 2 tasks" % got)
+else:
+    ok("resuming it announces the freed tasks")
 check_clean(q)
 finish()
 PY
