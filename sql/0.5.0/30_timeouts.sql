@@ -4,7 +4,8 @@
  * booking), each proc's deadline with the index the worker reads it by,
  * the cause of a kill order frameq gave a misbehaving render, and what
  * the agent last reported of the render; the run reasons timeout, stalled
- * and oom.  Procs booked before this step have no deadline.
+ * and oom.  The kill orders get an index of their own, so that a worker
+ * round reads them without reading every running proc.  Procs booked before this step have no deadline.
  */
 ALTER TABLE frameq.job ADD COLUMN timeout int CHECK (timeout > 0),
 	ADD COLUMN timeout_no_output int CHECK (timeout_no_output > 0);
@@ -18,6 +19,7 @@ ALTER TABLE frameq.proc ADD COLUMN timeout_at timestamptz,
 	ADD COLUMN last_output_at timestamptz,
 	ADD CONSTRAINT proc_kill_cause CHECK (kill_cause IS NULL
 										 OR (kill_cause IN ('timeout', 'stalled') AND state = 'killing'));
+CREATE INDEX proc_kill_orders ON frameq.proc (id) WHERE state = 'killing';
 CREATE INDEX proc_timeout_due ON frameq.proc (timeout_at)
 	WHERE state = 'running' AND timeout_at IS NOT NULL;
 ALTER TABLE frameq.run DROP CONSTRAINT run_reason_check,

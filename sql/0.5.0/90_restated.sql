@@ -482,9 +482,9 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 				   THEN report ELSE '[]' END) WITH ORDINALITY AS r(e, n)
 	 CROSS JOIN LATERAL (
 			SELECT pg_catalog.jsonb_typeof(r.e -> 'proc') AS proc,
-				   pg_catalog.coalesce(pg_catalog.jsonb_typeof(r.e -> 'idle'), 'null') AS idle,
-				   pg_catalog.coalesce(pg_catalog.jsonb_typeof(r.e -> 'last_line'), 'null') AS last_line,
-				   pg_catalog.coalesce(pg_catalog.jsonb_typeof(r.e -> 'progress'), 'null') AS progress
+				   coalesce(pg_catalog.jsonb_typeof(r.e -> 'idle'), 'null') AS idle,
+				   coalesce(pg_catalog.jsonb_typeof(r.e -> 'last_line'), 'null') AS last_line,
+				   coalesce(pg_catalog.jsonb_typeof(r.e -> 'progress'), 'null') AS progress
 			 WHERE pg_catalog.jsonb_typeof(r.e) OPERATOR(pg_catalog.=) 'object') t
 	 CROSS JOIN LATERAL (
 			/* each value, NULL if absent, null or out of its range */
@@ -965,10 +965,15 @@ DECLARE
 	at_time timestamptz := coalesce(at, pg_catalog.clock_timestamp());
 	n bigint;
 BEGIN
-	/* nothing due, the usual answer: one probe of an empty index range */
-	IF NOT EXISTS (SELECT 1 FROM frameq.proc y
-					WHERE y.state OPERATOR(pg_catalog.=) 'running'
-					  AND y.timeout_at OPERATOR(pg_catalog.<=) at_time) THEN
+	/*
+	 * Nothing due, the usual answer: the earliest deadline, the first
+	 * entry of the index (a min() with no parameter is planned as that
+	 * whatever the statistics; an EXISTS with at_time, once its plan was
+	 * generic, guessed a third of the table due and read all of it).
+	 */
+	IF coalesce((SELECT pg_catalog.min(y.timeout_at) FROM frameq.proc y
+				  WHERE y.state OPERATOR(pg_catalog.=) 'running' AND y.timeout_at IS NOT NULL)
+				OPERATOR(pg_catalog.>) at_time, true) THEN
 		RETURN 0;
 	END IF;
 	/* before the first write of procs: see _ledger_ensure */

@@ -323,6 +323,8 @@ CREATE TABLE frameq.proc (
 									 OR (kill_cause IN ('timeout', 'stalled') AND state = 'killing'))
 );
 CREATE INDEX proc_host ON frameq.proc (host, state);
+/* the kill orders, few: a worker round sends them without reading the running procs */
+CREATE INDEX proc_kill_orders ON frameq.proc (id) WHERE state = 'killing';
 /* the running procs by deadline: a worker round reads only those due (_time_out) */
 CREATE INDEX proc_timeout_due ON frameq.proc (timeout_at)
 	WHERE state = 'running' AND timeout_at IS NOT NULL;

@@ -154,10 +154,15 @@ DECLARE
 	at_time timestamptz := coalesce(at, pg_catalog.clock_timestamp());
 	n bigint;
 BEGIN
-	/* nothing due, the usual answer: one probe of an empty index range */
-	IF NOT EXISTS (SELECT 1 FROM frameq.proc y
-					WHERE y.state OPERATOR(pg_catalog.=) 'running'
-					  AND y.timeout_at OPERATOR(pg_catalog.<=) at_time) THEN
+	/*
+	 * Nothing due, the usual answer: the earliest deadline, the first
+	 * entry of the index (a min() with no parameter is planned as that
+	 * whatever the statistics; an EXISTS with at_time, once its plan was
+	 * generic, guessed a third of the table due and read all of it).
+	 */
+	IF coalesce((SELECT pg_catalog.min(y.timeout_at) FROM frameq.proc y
+				  WHERE y.state OPERATOR(pg_catalog.=) 'running' AND y.timeout_at IS NOT NULL)
+				OPERATOR(pg_catalog.>) at_time, true) THEN
 		RETURN 0;
 	END IF;
 	/* before the first write of procs: see _ledger_ensure */
