@@ -873,8 +873,10 @@ frameq_proc_after_delete(PG_FUNCTION_ARGS)
 PG_FUNCTION_INFO_V1(frameq_proc_guard_update);
 
 /*
- * A proc's booking is immutable: only its kill order may be set.  Changing
- * resources or keys in place would desynchronise the ledger and the host.
+ * A proc's booking is immutable: only its kill order (and kill_cause), its
+ * deadline (timeout_at) and its agent's report (last_line, progress,
+ * last_output_at) may be set.  Changing resources or keys in place would
+ * desynchronise the ledger and the host.
  */
 Datum
 frameq_proc_guard_update(PG_FUNCTION_ARGS)
