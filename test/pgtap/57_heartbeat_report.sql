@@ -11,7 +11,7 @@
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(41);
+SELECT plan(42);
 
 SELECT * FROM fqtest.farm('t57', cores => '{8,8}') \gset
 SELECT frameq.submit($${"show": "t57show", "name": "j", "timeout_no_output": 60,
@@ -121,6 +121,10 @@ SELECT ok(has_function_privilege('frameq_agent', 'frameq.heartbeat(text, text, b
 		  'heartbeat is executable by frameq_agent only');
 SELECT is((SELECT count(*)::int FROM pg_proc WHERE proname = 'heartbeat'
 			AND pronamespace = 'frameq'::regnamespace), 1, 'there is one heartbeat');
+SELECT is((SELECT array_agg(attname::text ORDER BY attnum) FROM pg_attribute
+			 WHERE attrelid = 'frameq.frames'::regclass AND attnum BETWEEN 11 AND 14),
+		  '{frame_spec,last_line,progress,last_output_at}'::text[],
+		  'the frames view gains last_line, progress and last_output_at after frame_spec');
 SELECT is_empty('SELECT * FROM frameq.check()', 'check() is clean at the end');
 
 SELECT * FROM finish();
