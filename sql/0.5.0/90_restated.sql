@@ -542,7 +542,7 @@ BEGIN
 					  kill_cause = CASE WHEN k.stalled THEN 'stalled' ELSE x.kill_cause END,
 					  kill_reason = CASE WHEN k.stalled
 										 THEN format('stalled: no output for %s s, limit %s s',
-													 floor(k.idle), k.limit_s)
+													 k.idle, k.limit_s)
 										 ELSE x.kill_reason END,
 					  want_state = CASE WHEN k.stalled THEN frameq._failed_state(k.frame)
 										ELSE x.want_state END,
