@@ -106,6 +106,10 @@ typedef struct LayerCandidate
 	int64		gpu_memory;
 	char	   *command;
 	Datum		env;
+	bool		has_timeout;	/* the layer's timeout, else its job's */
+	int32		timeout;		/* seconds */
+	bool		has_pattern;
+	Datum		progress_pattern;	/* text, the layer's */
 	int			nlimits;
 	int32		limit_ids[FRAMEQ_MAX_LAYER_LIMITS];
 	int32		limit_caps[FRAMEQ_MAX_LAYER_LIMITS];
@@ -130,8 +134,8 @@ typedef struct ReserveState
 	ReturnSetInfo *rsinfo;
 	bytea	   *secret_key;		/* frameq.run_secret_key, read at the first
 								 * booking of this call; NULL before */
-	int			secret_att;		/* index of frameq.booking's run_secret, or
-								 * -1 (a schema older than the library) */
+	int			secret_att;		/* index of frameq.booking's run_secret */
+	int			pattern_att;	/* index of frameq.booking's progress_pattern */
 	int			claimed;		/* frames claimed so far, booked or not */
 	bool		emptied;		/* the last claim found fewer frames than
 								 * it asked for */
@@ -139,31 +143,37 @@ typedef struct ReserveState
 
 /*
  * frameq.booking's attributes the hand-out fills by position (those of
- * 0.1.0, which never move), and the most it may have in all.  run_secret
- * is found by name: it comes after them, but a dropped attribute would
- * leave a gap.
+ * 0.1.0, which never move), and the most it may have in all.  Later ones
+ * (run_secret, progress_pattern) are found by name: they come after them,
+ * but a dropped attribute would leave a gap.
  */
 #define BOOKING_FIXED_NATTS		11
 #define BOOKING_MAX_NATTS		32
 
-/* where the result row's run_secret is, or -1; checks the row's shape */
-static int
-booking_secret_att(TupleDesc desc)
+/* the result row's shape, checked once per call */
+static void
+booking_check_natts(TupleDesc desc)
 {
-	int			found = -1;
-
 	if (desc->natts < BOOKING_FIXED_NATTS || desc->natts > BOOKING_MAX_NATTS)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATATYPE_MISMATCH),
 				 errmsg("frameq.booking has %d attributes; this frameq library expects %d to %d",
 						desc->natts, BOOKING_FIXED_NATTS, BOOKING_MAX_NATTS),
 				 errhint("Run ALTER EXTENSION frameq UPDATE.")));
+}
+
+/* where the result row's text attribute name is (after the fixed ones), or -1 */
+static int
+booking_text_att(TupleDesc desc, const char *name)
+{
+	int			found = -1;
+
 	for (int i = BOOKING_FIXED_NATTS; i < desc->natts; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
 
 		if (!att->attisdropped && att->atttypid == TEXTOID &&
-			strcmp(NameStr(att->attname), "run_secret") == 0)
+			strcmp(NameStr(att->attname), name) == 0)
 			found = i;
 	}
 	return found;
@@ -396,6 +406,7 @@ load_layer(int64 id, LayerCandidate *l)
 	bool		isnull;
 	Datum		ids;
 	Datum		caps;
+	Datum		pattern;
 	Datum	   *elems;
 	int			nelems;
 
@@ -409,7 +420,10 @@ load_layer(int64 id, LayerCandidate *l)
 							  "              WHERE ll.layer = l.id ORDER BY ll.limit_id),"
 							  "       ARRAY(SELECT lim.max_running FROM frameq.layer_limit ll"
 							  "               JOIN frameq.limits lim ON lim.id = ll.limit_id"
-							  "              WHERE ll.layer = l.id ORDER BY ll.limit_id)"
+							  "              WHERE ll.layer = l.id ORDER BY ll.limit_id),"
+							  "       coalesce(l.timeout,"
+							  "                (SELECT j.timeout FROM frameq.job j WHERE j.id = l.job)),"
+							  "       l.progress_pattern"
 							  "  FROM frameq.layer l"
 							  " WHERE l.id = $1",
 							  1, types);
@@ -451,6 +465,12 @@ load_layer(int64 id, LayerCandidate *l)
 					  &elems, NULL, &nelems);
 	for (int k = 0; k < nelems && k < l->nlimits; k++)
 		l->limit_caps[k] = DatumGetInt32(elems[k]);
+	l->timeout = frameq_get_int32(tup, desc, 13, &isnull);
+	l->has_timeout = !isnull;
+	pattern = SPI_getbinval(tup, desc, 14, &isnull);
+	l->has_pattern = !isnull;
+	if (l->has_pattern)
+		l->progress_pattern = SPI_datumTransfer(pattern, false, -1);
 	SPI_freetuptable(SPI_tuptable);
 	return true;
 }
@@ -734,7 +754,7 @@ proc_insert_args(LayerBooking *b, Datum *args, char *nulls)
 	}
 	for (int j = 0; j < layer->nlimits; j++)
 		limits[j] = Int32GetDatum(layer->limit_ids[j]);
-	memset(nulls, ' ', 14);
+	memset(nulls, ' ', 15);
 	args[0] = PointerGetDatum(construct_array(ids, n, INT8OID, 8, FLOAT8PASSBYVAL,
 											  TYPALIGN_DOUBLE));
 	args[1] = PointerGetDatum(construct_array(frames, n, INT8OID, 8, FLOAT8PASSBYVAL,
@@ -754,6 +774,9 @@ proc_insert_args(LayerBooking *b, Datum *args, char *nulls)
 	args[11] = Int64GetDatum(layer->memory);
 	args[12] = Int32GetDatum(layer->gpus);
 	args[13] = Int64GetDatum(layer->gpu_memory);
+	args[14] = Int32GetDatum(layer->timeout);
+	if (!layer->has_timeout)
+		nulls[14] = 'n';
 }
 
 /*
@@ -789,26 +812,34 @@ static void
 insert_procs(LayerBooking *b)
 {
 	static SPIPlanPtr plan = NULL;
-	Datum		args[14];
-	char		nulls[14];
+	Datum		args[15];
+	char		nulls[15];
 	int64	   *inserted;
 	int			ninserted;
 	int			ret;
 
 	if (plan == NULL)
 	{
-		Oid			types[14] = {INT8ARRAYOID, INT8ARRAYOID, INT4OID, INT8OID, INT8OID, INT8OID,
-		INT4OID, INT4OID, INT4OID, INT4ARRAYOID, INT4ARRAYOID, INT8OID, INT4OID, INT8OID};
+		Oid			types[15] = {INT8ARRAYOID, INT8ARRAYOID, INT4OID, INT8OID, INT8OID, INT8OID,
+			INT4OID, INT4OID, INT4OID, INT4ARRAYOID, INT4ARRAYOID, INT8OID, INT4OID, INT8OID,
+		INT4OID};
 
+		/*
+		 * The deadline is the booking's time plus the layer's timeout
+		 * ($15, NULL for none): one clock reading for both.
+		 */
 		plan = frameq_prepare("INSERT INTO frameq.proc"
 							  " (id, frame, host, epoch, job, layer, show, folder,"
-							  "  allocation, limits, cores_cc, memory, gpus, gpu_memory)"
+							  "  allocation, limits, cores_cc, memory, gpus, gpu_memory,"
+							  "  booked_at, timeout_at)"
 							  " SELECT t.id, t.frame, $3, $4, $5, $6, $7, $8, $9, $10,"
-							  "        t.cores, $12, $13, $14"
-							  "   FROM unnest($1, $2, $11) AS t(id, frame, cores)"
+							  "        t.cores, $12, $13, $14,"
+							  "        n.now, n.now + make_interval(secs => $15)"
+							  "   FROM (SELECT clock_timestamp() AS now) n,"
+							  "        unnest($1, $2, $11) AS t(id, frame, cores)"
 							  " ON CONFLICT (frame) DO NOTHING"
 							  " RETURNING id",
-							  14, types);
+							  15, types);
 	}
 	if (b->nclaimed > precharged_cap)
 	{
@@ -867,7 +898,7 @@ hand_out(LayerBooking *b)
 		frameq_dispatch_booked(layer->id, t->number, &b->stamp);
 		st->booked++;
 		nbooked++;
-		/* null: run_secret until set, and any dropped attribute */
+		/* null: the attributes found by name until set, and any dropped one */
 		memset(vnulls, true, sizeof(vnulls));
 		memset(vnulls, false, sizeof(bool) * BOOKING_FIXED_NATTS);
 		values[0] = Int64GetDatum(t->proc);
@@ -886,6 +917,11 @@ hand_out(LayerBooking *b)
 		{
 			values[st->secret_att] = run_secret(st, t->proc);
 			vnulls[st->secret_att] = false;
+		}
+		if (st->pattern_att >= 0 && layer->has_pattern)
+		{
+			values[st->pattern_att] = layer->progress_pattern;
+			vnulls[st->pattern_att] = false;
 		}
 		tuplestore_putvalues(st->rsinfo->setResult, st->rsinfo->setDesc, values, vnulls);
 	}
@@ -1657,7 +1693,9 @@ frameq_reserve(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	st.rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	st.secret_att = booking_secret_att(st.rsinfo->setDesc);
+	booking_check_natts(st.rsinfo->setDesc);
+	st.secret_att = booking_text_att(st.rsinfo->setDesc, "run_secret");
+	st.pattern_att = booking_text_att(st.rsinfo->setDesc, "progress_pattern");
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "frameq: SPI_connect failed");

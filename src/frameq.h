@@ -64,7 +64,7 @@ extern void frameq_guc_init(void);
 /* frameq.c */
 #define FRAMEQ_LIBRARY_VERSION	"0.5.0"
 /* a relation that the newest upgrade step creates (frameq_schema_current) */
-#define FRAMEQ_SCHEMA_MARKER	"depend_on_frames"
+#define FRAMEQ_SCHEMA_MARKER	"proc_timeout_due"
 extern bool frameq_loaded_at_startup;
 extern void frameq_require_preload(void);
 extern bool frameq_schema_current(void);

@@ -73,6 +73,8 @@ typedef struct ProcRow
 	Datum		booked_at;
 	Datum		kill_reason;
 	bool		kill_reason_null;
+	char	   *kill_cause;		/* 'timeout' or 'stalled': a failure of the
+								 * render frameq ordered killed; NULL */
 } ProcRow;
 
 static Datum
@@ -124,6 +126,14 @@ read_proc(HeapTuple tup, TupleDesc desc, ProcRow *p)
 	p->want_state = isnull ? NULL : TextDatumGetCString(d);
 	p->booked_at = proc_col(tup, desc, "booked_at", &isnull);
 	p->kill_reason = proc_col(tup, desc, "kill_reason", &p->kill_reason_null);
+	/* a schema older than 0.5.0 has no kill_cause: none */
+	p->kill_cause = NULL;
+	if (SPI_fnumber(desc, "kill_cause") > 0)
+	{
+		d = proc_col(tup, desc, "kill_cause", &isnull);
+		if (!isnull && p->killing)
+			p->kill_cause = TextDatumGetCString(d);
+	}
 }
 
 /* the ledger items a proc counts against, caps left open (frameq_ledger_items) */
@@ -826,6 +836,18 @@ frameq_proc_after_delete(PG_FUNCTION_ARGS)
 	}
 	if (ctx.new_state == NULL)
 		ctx.new_state = default_end_state(&p);
+	if (p.kill_cause != NULL)
+	{
+		/*
+		 * frameq ordered this render killed because it misbehaved (ran past
+		 * its timeout, went silent): whatever proves its death, the run
+		 * ended for that reason, and it was a failure of the frame, which
+		 * goes where the order wanted (_failed_state, when it was made).
+		 */
+		ctx.reason = p.kill_cause;
+		ctx.count_retry = true;
+		ctx.new_state = p.want_state;
+	}
 	released_lxid = MyProc->lxid;
 
 	nitems = proc_items(&p, items);
@@ -851,8 +873,10 @@ frameq_proc_after_delete(PG_FUNCTION_ARGS)
 PG_FUNCTION_INFO_V1(frameq_proc_guard_update);
 
 /*
- * A proc's booking is immutable: only its kill order may be set.  Changing
- * resources or keys in place would desynchronise the ledger and the host.
+ * A proc's booking is immutable: only its kill order (and kill_cause), its
+ * deadline (timeout_at) and its agent's report (last_line, progress,
+ * last_output_at) may be set.  Changing resources or keys in place would
+ * desynchronise the ledger and the host.
  */
 Datum
 frameq_proc_guard_update(PG_FUNCTION_ARGS)
@@ -968,11 +992,13 @@ checked_state(const char *state)
 	return NULL;
 }
 
+/* the run reasons, as frameq.run's CHECK constraint lists them */
 static const char *
 checked_reason(const char *reason)
 {
 	static const char *const reasons[] = {
-		"completed", "killed", "host_lost", "host_rebooted", "lost_by_agent", "operator"
+		"completed", "killed", "timeout", "stalled", "oom", "host_lost", "host_rebooted",
+		"lost_by_agent", "operator"
 	};
 
 	for (int i = 0; i < (int) lengthof(reasons); i++)
@@ -980,9 +1006,63 @@ checked_reason(const char *reason)
 			return reasons[i];
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("reason must be one of completed, killed, host_lost, host_rebooted,"
-					" lost_by_agent, operator, not \"%s\"", reason)));
+			 errmsg("reason must be one of completed, killed, timeout, stalled, oom, host_lost,"
+					" host_rebooted, lost_by_agent, operator, not \"%s\"", reason)));
 	return NULL;
+}
+
+/*
+ * Where a task goes when it fails and the failure counts a retry: back to
+ * waiting while it has retries left (retries + 1 <= max_retries), else
+ * dead, or eaten if its job has auto_eat.  The one place this rule lives:
+ * complete() applies it to a failing exit, and frameq._failed_state() to
+ * the kill orders of a timeout or a stall.
+ */
+static const char *
+failed_state(int32 retries, int32 max_retries, bool auto_eat)
+{
+	if (retries + 1 <= max_retries)
+		return "waiting";
+	return auto_eat ? "eaten" : "dead";
+}
+
+PG_FUNCTION_INFO_V1(frameq_failed_state);
+
+/* frameq._failed_state(frame): failed_state() for the frame and its job, NULL if none */
+Datum
+frameq_failed_state(PG_FUNCTION_ARGS)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[1];
+	const char *state = NULL;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "frameq: SPI_connect failed");
+	if (plan == NULL)
+	{
+		Oid			types[1] = {INT8OID};
+
+		plan = frameq_prepare("SELECT f.retries, j.max_retries, j.auto_eat"
+							  "  FROM frameq.frame f JOIN frameq.job j ON j.id = f.job"
+							  " WHERE f.id = $1",
+							  1, types);
+	}
+	args[0] = PG_GETARG_DATUM(0);
+	if (SPI_execute_plan(plan, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "frameq: frame lookup failed");
+	if (SPI_processed == 1)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[0];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+
+		state = failed_state(frameq_get_int32(tup, desc, 1, NULL),
+							 frameq_get_int32(tup, desc, 2, NULL),
+							 frameq_get_bool(tup, desc, 3, NULL));
+	}
+	SPI_finish();
+	if (state == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(cstring_to_text(state));
 }
 
 PG_FUNCTION_INFO_V1(frameq_finish_job_if_done);
@@ -1142,15 +1222,10 @@ classify_report(const Report *r, HeapTuple tup, TupleDesc desc, ReleaseContext *
 		ctx->new_state = "succeeded";
 	else
 	{
-		int32		retries = frameq_get_int32(tup, desc, 5, NULL);
-		int32		max_retries = frameq_get_int32(tup, desc, 6, NULL);
-		bool		auto_eat = frameq_get_bool(tup, desc, 7, NULL);
-
 		ctx->count_retry = true;
-		if (retries + 1 > max_retries)
-			ctx->new_state = auto_eat ? "eaten" : "dead";
-		else
-			ctx->new_state = "waiting";
+		ctx->new_state = failed_state(frameq_get_int32(tup, desc, 5, NULL),
+									  frameq_get_int32(tup, desc, 6, NULL),
+									  frameq_get_bool(tup, desc, 7, NULL));
 	}
 }
 

@@ -20,6 +20,13 @@
  * moment the renewal was *sent*, on a monotonic clock, minus a grace), so
  * releasing cannot start a second copy of anything still running.
  *
+ * Timeouts.  A running proc past its deadline (proc.timeout_at, set at
+ * booking from its layer's timeout) becomes a kill order, each round,
+ * before the round's kill orders are sent: so a task is ordered killed,
+ * and its host told, within a round (about a second) of its deadline.  The
+ * round reads only the procs due, through a partial index on the deadline
+ * of running procs: its cost follows the procs due, not those running.
+ *
  * Quarantine.  After every server start (crash restart, plain restart,
  * promotion of a standby) nothing is booked and no lease expires until the
  * same period has passed, so that every host has had a full lease to
@@ -29,7 +36,8 @@
  * Wall-clock jumps.  Lease times are wall-clock timestamps in the host
  * table.  Each round the worker compares how far the wall clock and the
  * monotonic clock moved; if they disagree by more than a second, the clock
- * jumped, and every lease is counted again from now (never early).
+ * jumped, and every lease is counted again from now (never early).  Every
+ * deadline is moved by the jump, so no task is timed out early or late.
  *
  * Shared state: FrameqWorker, protected by its spinlock.
  *
@@ -214,7 +222,9 @@ worker_session_settings(void)
 typedef enum WorkerStep
 {
 	STEP_REARM,
+	STEP_SHIFT_DEADLINES,
 	STEP_EXPIRE,
+	STEP_TIME_OUT,
 	STEP_SEND_KILLS,
 	STEP_FINISH_JOBS,
 	STEP_REQUEUE
@@ -251,7 +261,7 @@ worker_schema_ready(void)
  * does not take the others with it.
  */
 static int64
-worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now)
+worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now, int64 jump)
 {
 	int64		result = 0;
 
@@ -266,6 +276,21 @@ worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now)
 	{
 		if (step == STEP_REARM)
 			result = run_step("SELECT frameq._rearm_leases()", 0, NULL, NULL);
+		else if (step == STEP_SHIFT_DEADLINES)
+		{
+			Oid			types[1] = {INT8OID};
+			Datum		args[1] = {Int64GetDatum(jump)};
+
+			result = run_step("SELECT frameq._shift_deadlines(make_interval(secs => $1 / 1e6))",
+							  1, types, args);
+		}
+		else if (step == STEP_TIME_OUT)
+		{
+			Oid			types[1] = {TIMESTAMPTZOID};
+			Datum		args[1] = {TimestampTzGetDatum(now)};
+
+			result = run_step("SELECT frameq._time_out($1)", 1, types, args);
+		}
 		else if (step == STEP_EXPIRE)
 		{
 			Oid			types[2] = {TIMESTAMPTZOID, TIMESTAMPTZOID};
@@ -314,7 +339,7 @@ worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now)
  */
 static bool
 worker_step_guarded(WorkerStep step, TimestampTz leases_since, TimestampTz now,
-					int64 *result)
+					int64 jump, int64 *result)
 {
 	MemoryContext oldcontext = CurrentMemoryContext;
 	volatile bool ok = true;
@@ -322,7 +347,7 @@ worker_step_guarded(WorkerStep step, TimestampTz leases_since, TimestampTz now,
 	*result = 0;
 	PG_TRY();
 	{
-		*result = worker_step(step, leases_since, now);
+		*result = worker_step(step, leases_since, now, jump);
 	}
 	PG_CATCH();
 	{
@@ -342,33 +367,46 @@ worker_step_guarded(WorkerStep step, TimestampTz leases_since, TimestampTz now,
 }
 
 /*
- * One round: re-arm after start or a clock jump, expire, send, and settle
- * the jobs whose finish was left to us.  Returns
- * whether a wanted re-arm is done (if not, the next round tries again;
- * expiry need not wait for it: a start or a clock jump also moved
- * leases_since, before which no lease counts).
+ * One round: re-arm after start or a clock jump, move the deadlines by a
+ * jump (*jump microseconds, zeroed once done), expire, time out, send,
+ * and settle the jobs whose finish was left to us.  Returns whether a
+ * wanted re-arm is done (if not, the next round tries again; expiry need
+ * not wait for it: a start or a clock jump also moved leases_since,
+ * before which no lease counts).  Timeouts wait for the deadlines to have
+ * moved: until then a forward jump would make them look due.
  */
 static bool
-worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire)
+worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire,
+			 int64 *jump)
 {
 	int64		expired = 0;
 	int64		sent = 0;
 	int64		rearmed = 0;
+	int64		shifted = 0;
+	int64		timed_out = 0;
 	int64		finished = 0;
 	int64		requeued = 0;
 	bool		rearm_done = true;
 
 	if (rearm)
-		rearm_done = worker_step_guarded(STEP_REARM, leases_since, now, &rearmed);
+		rearm_done = worker_step_guarded(STEP_REARM, leases_since, now, 0, &rearmed);
+	if (*jump != 0 &&
+		worker_step_guarded(STEP_SHIFT_DEADLINES, leases_since, now, *jump, &shifted))
+		*jump = 0;
 	if (expire)
-		(void) worker_step_guarded(STEP_EXPIRE, leases_since, now, &expired);
-	(void) worker_step_guarded(STEP_SEND_KILLS, leases_since, now, &sent);
-	(void) worker_step_guarded(STEP_FINISH_JOBS, leases_since, now, &finished);
-	(void) worker_step_guarded(STEP_REQUEUE, leases_since, now, &requeued);
+		(void) worker_step_guarded(STEP_EXPIRE, leases_since, now, 0, &expired);
+	if (*jump == 0)
+		(void) worker_step_guarded(STEP_TIME_OUT, leases_since, now, 0, &timed_out);
+	(void) worker_step_guarded(STEP_SEND_KILLS, leases_since, now, 0, &sent);
+	(void) worker_step_guarded(STEP_FINISH_JOBS, leases_since, now, 0, &finished);
+	(void) worker_step_guarded(STEP_REQUEUE, leases_since, now, 0, &requeued);
 
 	if (expired > 0)
 		elog(LOG, "frameq worker: %lld host lease(s) expired; their procs were released",
 			 (long long) expired);
+	if (timed_out > 0)
+		elog(LOG, "frameq worker: %lld task(s) ran past their timeout; they are ordered killed",
+			 (long long) timed_out);
 	return rearm_done;
 }
 
@@ -388,6 +426,7 @@ frameq_worker_main(Datum main_arg)
 	TimestampTz wall_then;
 	instr_time	mono_then;
 	bool		rearm = true;
+	int64		jump = 0;		/* of the wall clock, not yet applied to deadlines */
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -457,6 +496,7 @@ frameq_worker_main(Datum main_arg)
 			FrameqWorker->leases_since = wall_now;
 			SpinLockRelease(&FrameqWorker->mutex);
 			rearm = true;
+			jump += wall_moved - mono_moved;
 		}
 		wall_then = wall_now;
 		INSTR_TIME_SET_CURRENT(mono_then);
@@ -466,7 +506,8 @@ frameq_worker_main(Datum main_arg)
 		until = FrameqWorker->quarantine_until;
 		SpinLockRelease(&FrameqWorker->mutex);
 
-		if (worker_round(rearm, since, wall_now, wall_now >= until || !frameq_quarantine))
+		if (worker_round(rearm, since, wall_now, wall_now >= until || !frameq_quarantine,
+						 &jump))
 			rearm = false;
 
 		/* wake for the next resend, and at least every second for expiry */

@@ -10,7 +10,56 @@ DROP TRIGGER frame_queue_waiting ON frameq.frame;
 
 DROP FUNCTION frameq._frame_queue_waiting();
 
+DROP FUNCTION frameq.heartbeat(text, text, bigint, bigint[]);
+
 DROP FUNCTION frameq._insert_tasks(bigint, bigint, text, int, bool, bool, bigint[]);
+
+CREATE FUNCTION frameq._duration(value jsonb, field text) RETURNS int
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	max_seconds constant int := 365 * 86400;
+	t text := pg_catalog.jsonb_typeof(value);
+	m text[];
+	n numeric;
+BEGIN
+	IF value IS NULL OR t = 'null' THEN
+		RETURN NULL;
+	END IF;
+	IF t = 'number' THEN
+		n := value::numeric;
+		IF n <> pg_catalog.trunc(n) THEN
+			n := NULL;
+		END IF;
+	ELSIF t = 'string' THEN
+		IF pg_catalog.length(value #>> '{}') > 64 THEN
+			PERFORM frameq._too_big(field, pg_catalog.format('%s characters, at most 64',
+															 pg_catalog.length(value #>> '{}')));
+		END IF;
+		m := pg_catalog.regexp_match(value #>> '{}',
+									 '^(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?$');
+		IF m IS NOT NULL AND (value #>> '{}') <> '' THEN
+			n := coalesce(m[1]::numeric, 0) * 86400 + coalesce(m[2]::numeric, 0) * 3600
+				 + coalesce(m[3]::numeric, 0) * 60 + coalesce(m[4]::numeric, 0);
+		END IF;
+	END IF;
+	IF n > max_seconds THEN
+		RAISE EXCEPTION '% is too large: %, at most 365 days (% seconds)', field,
+			frameq._clip(value::text), max_seconds
+			USING ERRCODE = 'program_limit_exceeded';
+	END IF;
+	IF n IS NULL OR n <= 0 THEN
+		RAISE EXCEPTION '% must be a duration above 0: whole seconds, or a string such as "90s", "2h" or "1h30m", not %',
+			field, frameq._clip(value::text)
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Units: d, h, m, s, in that order. Leave the field out for none.';
+	END IF;
+	RETURN n::int;
+END
+$$;
+
+CREATE FUNCTION frameq._failed_state(frame bigint) RETURNS text
+	AS 'MODULE_PATHNAME', 'frameq_failed_state' LANGUAGE C STABLE STRICT
+	SET search_path = pg_catalog, pg_temp;
 
 CREATE FUNCTION frameq._hold_job(job bigint) RETURNS boolean
 	AS 'MODULE_PATHNAME', 'frameq_hold_job_sql' LANGUAGE C VOLATILE STRICT
@@ -126,6 +175,29 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION frameq._progress_pattern(obj jsonb, path text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	field text := path || '.progress_pattern';
+	pattern text := frameq._spec_value(obj, 'progress_pattern', path, 'string') #>> '{}';
+BEGIN
+	IF pattern IS NULL THEN
+		RETURN NULL;
+	END IF;
+	PERFORM frameq._bounded(pattern, field, 1000);
+	IF pattern = '' THEN
+		RAISE EXCEPTION '% must not be empty', field USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	BEGIN
+		PERFORM '' ~ pattern;
+	EXCEPTION WHEN invalid_regular_expression THEN
+		RAISE EXCEPTION '% is not a valid regular expression: %', field, SQLERRM
+			USING ERRCODE = 'invalid_parameter_value';
+	END;
+	RETURN pattern;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION frameq.submit(spec jsonb) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
@@ -139,6 +211,8 @@ DECLARE
 	max_cc int;
 	max_gpus int;
 	paused bool;
+	timeout int;
+	timeout_no_output int;
 	layers jsonb;
 	layer jsonb;
 	path text;
@@ -160,6 +234,9 @@ DECLARE
 	l_after jsonb[] := '{}';
 	l_after_frames jsonb[] := '{}';
 	l_count bigint[] := '{}';
+	l_timeout int[] := '{}';
+	l_timeout_no_output int[] := '{}';
+	l_progress_pattern text[] := '{}';
 	l_id bigint[] := '{}';
 	after_jobs bigint[];
 	unmet_jobs int;
@@ -184,7 +261,8 @@ BEGIN
 		PERFORM frameq._too_big('spec', 'more than 64 MB');
 	END IF;
 	PERFORM frameq._spec_unknown(spec, ARRAY['show', 'folder', 'name', 'priority',
-		'max_retries', 'auto_eat', 'max_cores', 'max_gpus', 'paused', 'layers', 'after_jobs'], 'spec');
+		'max_retries', 'auto_eat', 'max_cores', 'max_gpus', 'paused', 'layers', 'after_jobs',
+		'timeout', 'timeout_no_output'], 'spec');
 
 	v := frameq._spec_value(spec, 'show', 'spec', 'string');
 	IF v IS NULL THEN
@@ -220,6 +298,8 @@ BEGIN
 						 'spec.max_cores');
 	max_gpus := frameq._spec_int(spec, 'max_gpus', 'spec', NULL, 0, 100000);
 	after_jobs := frameq._spec_after_jobs(spec);
+	timeout := frameq._duration(spec -> 'timeout', 'spec.timeout');
+	timeout_no_output := frameq._duration(spec -> 'timeout_no_output', 'spec.timeout_no_output');
 
 	layers := frameq._spec_value(spec, 'layers', 'spec', 'array');
 	IF layers IS NULL OR jsonb_array_length(layers) = 0 THEN
@@ -238,7 +318,8 @@ BEGIN
 		END IF;
 		PERFORM frameq._spec_unknown(layer, ARRAY['name', 'command', 'range', 'cores',
 			'cores_max', 'threadable', 'memory', 'gpus', 'gpu_memory', 'tags', 'limits',
-			'dispatch_order', 'env', 'chunk', 'after', 'after_frames'], path);
+			'dispatch_order', 'env', 'chunk', 'after', 'after_frames', 'timeout',
+			'timeout_no_output', 'progress_pattern'], path);
 
 		v := frameq._spec_value(layer, 'name', path, 'string');
 		IF v IS NULL OR v #>> '{}' = '' THEN
@@ -305,6 +386,10 @@ BEGIN
 		l_order := l_order || frameq._spec_int(layer, 'dispatch_order', path, i, -1000000, 1000000);
 		l_tags := l_tags || to_jsonb(frameq._tags(frameq._spec_tags(layer, 'tags', path), path || '.tags'));
 		l_env := l_env || frameq._check_env(frameq._spec_value(layer, 'env', path, 'object'), path);
+		l_timeout := l_timeout || frameq._duration(layer -> 'timeout', path || '.timeout');
+		l_timeout_no_output := l_timeout_no_output
+			|| frameq._duration(layer -> 'timeout_no_output', path || '.timeout_no_output');
+		l_progress_pattern := l_progress_pattern || frameq._progress_pattern(layer, path);
 		l_limits := l_limits || to_jsonb(frameq._spec_tags(layer, 'limits', path));
 		l_after := l_after || to_jsonb(frameq._spec_tags(layer, 'after', path));
 		/* a layer waited for whole is not waited for frame by frame as well */
@@ -336,20 +421,23 @@ BEGIN
 
 	/* everything checked: write */
 	INSERT INTO frameq.job AS j (show, folder, name, priority, max_retries, auto_eat,
-							max_cc, max_gpus, state)
+							max_cc, max_gpus, state, timeout, timeout_no_output)
 	VALUES (show_id, folder_id, job_name, priority, max_retries, auto_eat,
-			max_cc, max_gpus, CASE WHEN paused THEN 'paused' ELSE 'active' END)
+			max_cc, max_gpus, CASE WHEN paused THEN 'paused' ELSE 'active' END,
+			timeout, timeout_no_output)
 	RETURNING j.id INTO job_id;
 
 	unmet_jobs := frameq._submit_job_depends(job_id, after_jobs);
 
 	FOR i IN 1 .. array_length(l_name, 1) LOOP
 		INSERT INTO frameq.layer (job, name, command, dispatch_order, min_cc, max_cc,
-								  threadable, memory, gpus, gpu_memory, tags, env, deps_left)
+								  threadable, memory, gpus, gpu_memory, tags, env, deps_left,
+								  timeout, timeout_no_output, progress_pattern)
 		VALUES (job_id, l_name[i], l_command[i], l_order[i], l_min_cc[i], l_max_cc[i],
 				l_threadable[i], l_memory[i], l_gpus[i], l_gpu_memory[i],
 				ARRAY(SELECT jsonb_array_elements_text(l_tags[i])), l_env[i],
-				unmet_jobs + jsonb_array_length(l_after[i]))
+				unmet_jobs + jsonb_array_length(l_after[i]),
+				l_timeout[i], l_timeout_no_output[i], l_progress_pattern[i])
 		RETURNING layer.id INTO layer_id;
 		l_id := l_id || layer_id;
 		INSERT INTO frameq.layer_limit (layer, limit_id)
@@ -380,6 +468,170 @@ BEGIN
 	END LOOP;
 	PERFORM frameq._announce_job_ready(job_id);
 	RETURN job_id;
+END
+$$;
+
+CREATE FUNCTION frameq._report_entries(report jsonb)
+RETURNS TABLE (proc bigint, idle float8, last_line text, progress real)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT DISTINCT ON (v.proc) v.proc, v.idle, v.last_line, v.progress
+	  FROM pg_catalog.jsonb_array_elements(
+			   CASE WHEN pg_catalog.jsonb_typeof(report) OPERATOR(pg_catalog.=) 'array'
+					 AND pg_catalog.jsonb_array_length(report) OPERATOR(pg_catalog.<=) 10000
+					 AND pg_catalog.pg_column_size(report) OPERATOR(pg_catalog.<=) 4194304
+				   THEN report ELSE '[]' END) WITH ORDINALITY AS r(e, n)
+	 CROSS JOIN LATERAL (
+			SELECT pg_catalog.jsonb_typeof(r.e -> 'proc') AS proc,
+				   coalesce(pg_catalog.jsonb_typeof(r.e -> 'idle'), 'null') AS idle,
+				   coalesce(pg_catalog.jsonb_typeof(r.e -> 'last_line'), 'null') AS last_line,
+				   coalesce(pg_catalog.jsonb_typeof(r.e -> 'progress'), 'null') AS progress
+			 WHERE pg_catalog.jsonb_typeof(r.e) OPERATOR(pg_catalog.=) 'object') t
+	 CROSS JOIN LATERAL (
+			/* each value, NULL if absent, null or out of its range */
+			SELECT CASE WHEN t.proc OPERATOR(pg_catalog.=) 'number'
+						 AND (r.e ->> 'proc')::numeric BETWEEN 1 AND 9223372036854775807
+						 AND (r.e ->> 'proc')::numeric OPERATOR(pg_catalog.=)
+							 pg_catalog.trunc((r.e ->> 'proc')::numeric)
+					   THEN (r.e ->> 'proc')::bigint END AS proc,
+				   CASE WHEN t.idle OPERATOR(pg_catalog.=) 'number'
+						 AND (r.e ->> 'idle')::numeric BETWEEN 0 AND 1000000000
+					   THEN (r.e ->> 'idle')::float8 END AS idle,
+				   CASE WHEN t.last_line OPERATOR(pg_catalog.=) 'string'
+					   THEN pg_catalog.left(r.e ->> 'last_line', 200) END AS last_line,
+				   CASE WHEN t.progress OPERATOR(pg_catalog.=) 'number'
+						 AND (r.e ->> 'progress')::numeric BETWEEN 0 AND 100
+					   THEN (r.e ->> 'progress')::real END AS progress) v
+	 WHERE v.proc IS NOT NULL
+	   /* a field given is a field well formed */
+	   AND (v.idle IS NOT NULL OR t.idle OPERATOR(pg_catalog.=) 'null')
+	   AND (v.last_line IS NOT NULL OR t.last_line OPERATOR(pg_catalog.=) 'null')
+	   AND (v.progress IS NOT NULL OR t.progress OPERATOR(pg_catalog.=) 'null')
+	   AND NOT EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(r.e) k
+						WHERE k OPERATOR(pg_catalog.<>) ALL ('{proc,idle,last_line,progress}'::text[]))
+	 ORDER BY v.proc, r.n DESC
+$$;
+
+CREATE FUNCTION frameq._take_report(host_id int, epoch bigint, report jsonb) RETURNS int
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	n int;
+BEGIN
+	IF report IS NULL THEN
+		RETURN 0;
+	END IF;
+	/* before the first write of procs: see _ledger_ensure */
+	PERFORM frameq._ledger_ensure();
+	WITH p AS (SELECT x.id, x.frame, x.job, x.layer, x.state, r.idle, r.last_line, r.progress
+				 FROM frameq._report_entries(report) r
+				 JOIN frameq.proc x ON x.id = r.proc
+				WHERE x.host = host_id AND x.epoch = _take_report.epoch
+				  FOR NO KEY UPDATE OF x SKIP LOCKED),
+		 l AS (SELECT p.*,
+					  CASE WHEN p.state = 'running' AND p.idle IS NOT NULL
+						   THEN (SELECT coalesce(y.timeout_no_output, j.timeout_no_output)
+								   FROM frameq.layer y, frameq.job j
+								  WHERE y.id = p.layer AND j.id = p.job) END AS limit_s
+				 FROM p),
+		 k AS (SELECT l.*, coalesce(l.idle > l.limit_s, false) AS stalled FROM l),
+		 u AS (UPDATE frameq.proc x
+				  SET last_line = coalesce(k.last_line, x.last_line),
+					  progress = coalesce(k.progress, x.progress),
+					  last_output_at = coalesce(clock_timestamp() - make_interval(secs => k.idle),
+												x.last_output_at),
+					  state = CASE WHEN k.stalled THEN 'killing' ELSE x.state END,
+					  kill_cause = CASE WHEN k.stalled THEN 'stalled' ELSE x.kill_cause END,
+					  kill_reason = CASE WHEN k.stalled
+										 THEN format('stalled: no output for %s s, limit %s s',
+													 k.idle, k.limit_s)
+										 ELSE x.kill_reason END,
+					  want_state = CASE WHEN k.stalled THEN frameq._failed_state(k.frame)
+										ELSE x.want_state END,
+					  kill_at = CASE WHEN k.stalled THEN clock_timestamp() ELSE x.kill_at END
+				 FROM k WHERE x.id = k.id
+			   RETURNING k.stalled)
+	SELECT count(*) FILTER (WHERE u.stalled) INTO n FROM u;
+	RETURN n;
+END
+$$;
+
+CREATE FUNCTION frameq.heartbeat(host text, token text, epoch bigint, running bigint[],
+								 report jsonb DEFAULT NULL,
+								 OUT lease_ttl interval, OUT kill bigint[])
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = 0 AS $$
+#variable_conflict use_column
+DECLARE
+	h frameq.host := frameq._host_lock(host, token);
+	zombies bigint[];
+BEGIN
+	PERFORM frameq._not_null(epoch, 'epoch');
+	IF running IS NULL THEN
+		running := '{}';
+	END IF;
+	IF cardinality(running) > 100000 THEN
+		PERFORM frameq._too_big('running', pg_catalog.format('%s procs, at most 100000', cardinality(running)));
+	END IF;
+	IF array_position(running, NULL) IS NOT NULL THEN
+		RAISE EXCEPTION 'running must not contain null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	/* fencing, as reserve() does it (src/lease.c): FQ001, FQ002 */
+	PERFORM frameq._check_lease(h.id, host, epoch);
+
+	/*
+	 * Confirm kills and losses.  A row lock held outside frameq_admin (a
+	 * submitter's open kill_frame, a render's fence) must not hold up the
+	 * renewal below: the releases wait at most frameq.lock_wait for a lock
+	 * (frameq's own holders, such as the worker sending kill orders, are
+	 * done long before), then are given up together; the next heartbeat
+	 * confirms what this one could not.
+	 */
+	IF EXISTS (SELECT 1 FROM frameq.proc x
+				WHERE x.host = h.id AND x.id <> ALL (heartbeat.running)
+				  AND (x.state = 'killing'
+					   OR (x.epoch = h.epoch AND x.booked_at < h.last_renewal_at))) THEN
+		BEGIN
+			PERFORM frameq._bound_lock_waits();
+			/*
+			 * Kill orders the host no longer lists are confirmed dead;
+			 * bookings it has demonstrably seen and no longer runs were
+			 * lost.  One call, so that all are locked before any is released.
+			 */
+			PERFORM frameq._release_procs(
+				ARRAY(SELECT x.id FROM frameq.proc x
+					   WHERE x.host = h.id AND x.id <> ALL (heartbeat.running)
+						 AND (x.state = 'killing'
+							  OR (x.epoch = h.epoch AND x.booked_at < h.last_renewal_at))),
+				NULL);
+		EXCEPTION WHEN lock_not_available THEN
+			RAISE LOG 'frameq: heartbeat of host "%" left its releases to the next heartbeat: a row it needs is locked by another session', h.name;
+		END;
+	END IF;
+	/* how the renders are doing; stalled ones become kill orders, returned below */
+	PERFORM frameq._take_report(h.id, h.epoch, report);
+	/* anything listed that is not live here and now is a zombie: kill it */
+	zombies := ARRAY(SELECT r FROM unnest(heartbeat.running) r
+					  WHERE NOT EXISTS (SELECT 1 FROM frameq.proc x
+										 WHERE x.id = r AND x.host = h.id
+										   AND x.epoch = h.epoch));
+	lease_ttl := frameq._lease_ttl();
+	UPDATE frameq.host x SET lease_expires_at = clock_timestamp() + heartbeat.lease_ttl,
+		   last_renewal_at = clock_timestamp()
+	 WHERE x.id = h.id;
+	kill := ARRAY(SELECT x.id FROM frameq.proc x WHERE x.host = h.id AND x.state = 'killing'
+				  UNION SELECT unnest(zombies) ORDER BY 1);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq._kill_order(proc bigint, reason text, want text) RETURNS bool
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	PERFORM frameq._ledger_ensure();
+	UPDATE frameq.proc x
+	   SET state = 'killing', kill_reason = _kill_order.reason, want_state = want,
+		   kill_at = coalesce(x.kill_at, clock_timestamp()),
+		   /* an operator's order replaces a timeout's or a stall's: no retry is counted */
+		   kill_cause = NULL
+	 WHERE x.id = _kill_order.proc;
+	RETURN FOUND;
 END
 $$;
 
@@ -718,6 +970,61 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION frameq._time_out(at timestamptz DEFAULT NULL) RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	at_time timestamptz := coalesce(at, pg_catalog.clock_timestamp());
+	n bigint;
+BEGIN
+	/*
+	 * Nothing due, the usual answer: the earliest deadline, the first
+	 * entry of the index (a min() with no parameter is planned as that
+	 * whatever the statistics; an EXISTS with at_time, once its plan was
+	 * generic, guessed a third of the table due and read all of it).
+	 */
+	IF coalesce((SELECT pg_catalog.min(y.timeout_at) FROM frameq.proc y
+				  WHERE y.state OPERATOR(pg_catalog.=) 'running' AND y.timeout_at IS NOT NULL)
+				OPERATOR(pg_catalog.>) at_time, true) THEN
+		RETURN 0;
+	END IF;
+	/* before the first write of procs: see _ledger_ensure */
+	PERFORM frameq._ledger_ensure();
+	/* locked by an initplan and updated by primary key, as _send_kills does */
+	UPDATE frameq.proc x
+	   SET state = 'killing', kill_cause = 'timeout', kill_at = pg_catalog.clock_timestamp(),
+		   want_state = frameq._failed_state(x.frame),
+		   kill_reason = pg_catalog.format('timeout: still running %s s after its booking',
+										   pg_catalog.round(pg_catalog.date_part('epoch',
+											   at_time OPERATOR(pg_catalog.-) x.booked_at)))
+	 WHERE x.id OPERATOR(pg_catalog.=) ANY (ARRAY(
+			SELECT y.id FROM frameq.proc y
+			 WHERE y.state OPERATOR(pg_catalog.=) 'running'
+			   AND y.timeout_at OPERATOR(pg_catalog.<=) at_time
+			 ORDER BY y.timeout_at LIMIT 1000
+			   FOR NO KEY UPDATE SKIP LOCKED))
+	   AND x.state OPERATOR(pg_catalog.=) 'running';
+	GET DIAGNOSTICS n = ROW_COUNT;
+	RETURN n;
+END
+$$;
+
+CREATE FUNCTION frameq._shift_deadlines(jump interval) RETURNS bigint
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	WITH s AS (
+		UPDATE frameq.proc x SET timeout_at = x.timeout_at OPERATOR(pg_catalog.+) jump
+		 WHERE x.state OPERATOR(pg_catalog.=) 'running' AND x.timeout_at IS NOT NULL RETURNING 1)
+	SELECT pg_catalog.count(*) FROM s
+$$;
+
+CREATE OR REPLACE VIEW frameq.frames AS
+SELECT f.id AS frame, f.job, f.layer, f.number AS frame_number, f.state, f.retries,
+	   f.attempts, p.id AS proc, h.name AS host, p.state AS proc_state,
+	   frameq._frame_spec(f.number, f.numbers) AS frame_spec,
+	   p.last_line, p.progress, p.last_output_at
+  FROM frameq.frame f
+  LEFT JOIN frameq.proc p ON p.frame = f.id
+  LEFT JOIN frameq.host h ON h.id = p.host;
+
 CREATE OR REPLACE FUNCTION frameq.check() RETURNS TABLE (invariant text, detail text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -948,9 +1255,17 @@ END
 $$;
 
 REVOKE ALL ON FUNCTION
+	frameq._duration(jsonb, text),
+	frameq._failed_state(bigint),
 	frameq._hold_job(bigint),
 	frameq._claim_jobs(bigint[]),
 	frameq._lock_job(bigint),
+	frameq._progress_pattern(jsonb, text),
+	frameq._report_entries(jsonb),
+	frameq._take_report(int, bigint, jsonb),
+	frameq.heartbeat(text, text, bigint, bigint[], jsonb),
 	frameq._frees_once(),
-	frameq._insert_tasks(bigint, bigint, text, int, bool, bool, bigint[], bool[])
+	frameq._insert_tasks(bigint, bigint, text, int, bool, bool, bigint[], bool[]),
+	frameq._time_out(timestamptz),
+	frameq._shift_deadlines(interval)
 	FROM PUBLIC;

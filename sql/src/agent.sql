@@ -60,12 +60,119 @@ END
 $$;
 
 /*
+ * The well-formed entries of a heartbeat's report (heartbeat, below), one
+ * per proc (the last of several), each an object with an integer "proc"
+ * and optional "idle" (seconds since the render's last output, 0 or more),
+ * "last_line" (a string; its first 200 characters are kept) and
+ * "progress" (0 to 100); null or absent means not reported.  Anything
+ * else in an entry (a field of another type, a value out of range, an
+ * unknown field) makes the entry malformed: it is left out.  A report that
+ * is not an array, or has more than 10,000 entries or 4 MB, gives nothing.
+ * Never raises an error for what the report holds.
+ */
+CREATE FUNCTION frameq._report_entries(report jsonb)
+RETURNS TABLE (proc bigint, idle float8, last_line text, progress real)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT DISTINCT ON (v.proc) v.proc, v.idle, v.last_line, v.progress
+	  FROM pg_catalog.jsonb_array_elements(
+			   CASE WHEN pg_catalog.jsonb_typeof(report) OPERATOR(pg_catalog.=) 'array'
+					 AND pg_catalog.jsonb_array_length(report) OPERATOR(pg_catalog.<=) 10000
+					 AND pg_catalog.pg_column_size(report) OPERATOR(pg_catalog.<=) 4194304
+				   THEN report ELSE '[]' END) WITH ORDINALITY AS r(e, n)
+	 CROSS JOIN LATERAL (
+			SELECT pg_catalog.jsonb_typeof(r.e -> 'proc') AS proc,
+				   coalesce(pg_catalog.jsonb_typeof(r.e -> 'idle'), 'null') AS idle,
+				   coalesce(pg_catalog.jsonb_typeof(r.e -> 'last_line'), 'null') AS last_line,
+				   coalesce(pg_catalog.jsonb_typeof(r.e -> 'progress'), 'null') AS progress
+			 WHERE pg_catalog.jsonb_typeof(r.e) OPERATOR(pg_catalog.=) 'object') t
+	 CROSS JOIN LATERAL (
+			/* each value, NULL if absent, null or out of its range */
+			SELECT CASE WHEN t.proc OPERATOR(pg_catalog.=) 'number'
+						 AND (r.e ->> 'proc')::numeric BETWEEN 1 AND 9223372036854775807
+						 AND (r.e ->> 'proc')::numeric OPERATOR(pg_catalog.=)
+							 pg_catalog.trunc((r.e ->> 'proc')::numeric)
+					   THEN (r.e ->> 'proc')::bigint END AS proc,
+				   CASE WHEN t.idle OPERATOR(pg_catalog.=) 'number'
+						 AND (r.e ->> 'idle')::numeric BETWEEN 0 AND 1000000000
+					   THEN (r.e ->> 'idle')::float8 END AS idle,
+				   CASE WHEN t.last_line OPERATOR(pg_catalog.=) 'string'
+					   THEN pg_catalog.left(r.e ->> 'last_line', 200) END AS last_line,
+				   CASE WHEN t.progress OPERATOR(pg_catalog.=) 'number'
+						 AND (r.e ->> 'progress')::numeric BETWEEN 0 AND 100
+					   THEN (r.e ->> 'progress')::real END AS progress) v
+	 WHERE v.proc IS NOT NULL
+	   /* a field given is a field well formed */
+	   AND (v.idle IS NOT NULL OR t.idle OPERATOR(pg_catalog.=) 'null')
+	   AND (v.last_line IS NOT NULL OR t.last_line OPERATOR(pg_catalog.=) 'null')
+	   AND (v.progress IS NOT NULL OR t.progress OPERATOR(pg_catalog.=) 'null')
+	   AND NOT EXISTS (SELECT 1 FROM pg_catalog.jsonb_object_keys(r.e) k
+						WHERE k OPERATOR(pg_catalog.<>) ALL ('{proc,idle,last_line,progress}'::text[]))
+	 ORDER BY v.proc, r.n DESC
+$$;
+
+/*
+ * Store a heartbeat's report on the procs it names that are live on this
+ * host under its current epoch (each reported value replaces the stored
+ * one; one not reported leaves it), and order killed, as 'stalled', every
+ * running one whose render has gone without output for longer than its
+ * layer's timeout_no_output (the layer's own, else its job's current
+ * one).  A reported proc whose row another session holds is left for the
+ * next heartbeat (SKIP LOCKED): the report never holds up the lease.
+ * Returns how many procs became kill orders.
+ */
+CREATE FUNCTION frameq._take_report(host_id int, epoch bigint, report jsonb) RETURNS int
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	n int;
+BEGIN
+	IF report IS NULL THEN
+		RETURN 0;
+	END IF;
+	/* before the first write of procs: see _ledger_ensure */
+	PERFORM frameq._ledger_ensure();
+	WITH p AS (SELECT x.id, x.frame, x.job, x.layer, x.state, r.idle, r.last_line, r.progress
+				 FROM frameq._report_entries(report) r
+				 JOIN frameq.proc x ON x.id = r.proc
+				WHERE x.host = host_id AND x.epoch = _take_report.epoch
+				  FOR NO KEY UPDATE OF x SKIP LOCKED),
+		 l AS (SELECT p.*,
+					  CASE WHEN p.state = 'running' AND p.idle IS NOT NULL
+						   THEN (SELECT coalesce(y.timeout_no_output, j.timeout_no_output)
+								   FROM frameq.layer y, frameq.job j
+								  WHERE y.id = p.layer AND j.id = p.job) END AS limit_s
+				 FROM p),
+		 k AS (SELECT l.*, coalesce(l.idle > l.limit_s, false) AS stalled FROM l),
+		 u AS (UPDATE frameq.proc x
+				  SET last_line = coalesce(k.last_line, x.last_line),
+					  progress = coalesce(k.progress, x.progress),
+					  last_output_at = coalesce(clock_timestamp() - make_interval(secs => k.idle),
+												x.last_output_at),
+					  state = CASE WHEN k.stalled THEN 'killing' ELSE x.state END,
+					  kill_cause = CASE WHEN k.stalled THEN 'stalled' ELSE x.kill_cause END,
+					  kill_reason = CASE WHEN k.stalled
+										 THEN format('stalled: no output for %s s, limit %s s',
+													 k.idle, k.limit_s)
+										 ELSE x.kill_reason END,
+					  want_state = CASE WHEN k.stalled THEN frameq._failed_state(k.frame)
+										ELSE x.want_state END,
+					  kill_at = CASE WHEN k.stalled THEN clock_timestamp() ELSE x.kill_at END
+				 FROM k WHERE x.id = k.id
+			   RETURNING k.stalled)
+	SELECT count(*) FILTER (WHERE u.stalled) INTO n FROM u;
+	RETURN n;
+END
+$$;
+
+/*
  * The agent renews its lease and lists what it runs: kill orders it no
  * longer lists are confirmed dead, bookings it has seen and no longer
  * runs were lost, and whatever it lists that is not a live proc of this
- * host and epoch is a zombie to kill.  Returns the kill orders.
+ * host and epoch is a zombie to kill.  Its report, if any, tells how each
+ * render is doing (_take_report), and may make kill orders of stalled
+ * ones.  Returns the kill orders.
  */
 CREATE FUNCTION frameq.heartbeat(host text, token text, epoch bigint, running bigint[],
+								 report jsonb DEFAULT NULL,
 								 OUT lease_ttl interval, OUT kill bigint[])
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = 0 AS $$
 #variable_conflict use_column
@@ -115,6 +222,8 @@ BEGIN
 			RAISE LOG 'frameq: heartbeat of host "%" left its releases to the next heartbeat: a row it needs is locked by another session', h.name;
 		END;
 	END IF;
+	/* how the renders are doing; stalled ones become kill orders, returned below */
+	PERFORM frameq._take_report(h.id, h.epoch, report);
 	/* anything listed that is not live here and now is a zombie: kill it */
 	zombies := ARRAY(SELECT r FROM unnest(heartbeat.running) r
 					  WHERE NOT EXISTS (SELECT 1 FROM frameq.proc x

@@ -52,7 +52,7 @@ GRANT EXECUTE ON FUNCTION
 	frameq.drop_depends(bigint, text)
 	TO frameq_admin;
 GRANT EXECUTE ON FUNCTION
-	frameq.attach(text, text, text), frameq.heartbeat(text, text, bigint, bigint[]),
+	frameq.attach(text, text, text), frameq.heartbeat(text, text, bigint, bigint[], jsonb),
 	frameq.reserve(text, text, bigint, int),
 	frameq.complete(text, text, bigint, bigint, int, int, bigint)
 	TO frameq_agent;

@@ -20,7 +20,9 @@ BEGIN
 	PERFORM frameq._ledger_ensure();
 	UPDATE frameq.proc x
 	   SET state = 'killing', kill_reason = _kill_order.reason, want_state = want,
-		   kill_at = coalesce(x.kill_at, clock_timestamp())
+		   kill_at = coalesce(x.kill_at, clock_timestamp()),
+		   /* an operator's order replaces a timeout's or a stall's: no retry is counted */
+		   kill_cause = NULL
 	 WHERE x.id = _kill_order.proc;
 	RETURN FOUND;
 END

@@ -144,6 +144,17 @@ CREATE FUNCTION frameq._release(proc bigint, reason text, new_state text,
 	SET search_path = pg_catalog, pg_temp;
 
 /*
+ * Where a task goes when it fails and the failure counts a retry: back to
+ * waiting while retries + 1 <= its job's max_retries, else dead (eaten if
+ * the job has auto_eat).  The rule of complete() (src/release.c), for the
+ * kill orders frameq itself gives a misbehaving render (a timeout, a
+ * stall), which want that state.
+ */
+CREATE FUNCTION frameq._failed_state(frame bigint) RETURNS text
+	AS 'MODULE_PATHNAME', 'frameq_failed_state' LANGUAGE C STABLE STRICT
+	SET search_path = pg_catalog, pg_temp;
+
+/*
  * ---------------------------------------------------------------------
  * Releasing a host's procs: one function, one lock order.
  *

@@ -124,7 +124,14 @@ CREATE TABLE frameq.job (
 	submitted_at timestamptz NOT NULL DEFAULT clock_timestamp(),
 	finished_at timestamptz,
 	caps_changed_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-	FOREIGN KEY (folder, show) REFERENCES frameq.folder (id, show)
+	FOREIGN KEY (folder, show) REFERENCES frameq.folder (id, show),
+	/*
+	 * Timeouts, in seconds (submit's durations, frameq._duration): the
+	 * default of the job's layers, which follow the job's current value
+	 * unless they have their own.  NULL: none.
+	 */
+	timeout		int CHECK (timeout > 0),
+	timeout_no_output int CHECK (timeout_no_output > 0)
 );
 /* booking walks a show's active jobs in policy order */
 CREATE INDEX job_dispatch ON frameq.job (show, priority DESC, id)
@@ -150,7 +157,16 @@ CREATE TABLE frameq.layer (
 	CHECK (max_cc >= min_cc),
 	CHECK (threadable OR max_cc = min_cc),
 	/* dependencies (depends.sql): unmet dependencies of the layer and of its job */
-	deps_left	int NOT NULL DEFAULT 0 CHECK (deps_left >= 0)
+	deps_left	int NOT NULL DEFAULT 0 CHECK (deps_left >= 0),
+	/*
+	 * Timeouts in seconds; NULL: the job's current value.  The most a task
+	 * may run (the worker's _time_out), and may go without writing output
+	 * (heartbeat's report).
+	 */
+	timeout		int CHECK (timeout > 0),
+	timeout_no_output int CHECK (timeout_no_output > 0),
+	/* a regular expression whose first group is the render's percentage (the agent matches it) */
+	progress_pattern text
 );
 CREATE INDEX layer_job ON frameq.layer (job, dispatch_order, id);
 
@@ -286,9 +302,32 @@ CREATE TABLE frameq.proc (
 	kill_at		timestamptz,
 	want_state	text CHECK (want_state IN ('waiting', 'dead', 'eaten')),
 	kill_sent_at timestamptz,
-	CHECK ((state = 'killing') = (want_state IS NOT NULL AND kill_at IS NOT NULL))
+	CHECK ((state = 'killing') = (want_state IS NOT NULL AND kill_at IS NOT NULL)),
+	/*
+	 * When the task has run for its timeout (booked_at + the layer's
+	 * effective timeout, set at booking); NULL: no timeout.  The worker
+	 * makes a kill order of a running proc past it (worker.sql, _time_out).
+	 */
+	timeout_at	timestamptz,
+	/*
+	 * A kill order frameq gave because the render misbehaved: the run
+	 * reason its release records ('timeout', 'stalled'), and the release
+	 * counts a retry (src/release.c).  NULL for every other kill order.
+	 */
+	kill_cause	text,
+	/* the render's last report (heartbeat): its last line, progress, and last output */
+	last_line	text CHECK (pg_catalog.length(last_line) <= 200),
+	progress	real CHECK (progress BETWEEN 0 AND 100),
+	last_output_at timestamptz,
+	CONSTRAINT proc_kill_cause CHECK (kill_cause IS NULL
+									 OR (kill_cause IN ('timeout', 'stalled') AND state = 'killing'))
 );
 CREATE INDEX proc_host ON frameq.proc (host, state);
+/* the kill orders, few: a worker round sends them without reading the running procs */
+CREATE INDEX proc_kill_orders ON frameq.proc (id) WHERE state = 'killing';
+/* the running procs by deadline: a worker round reads only those due (_time_out) */
+CREATE INDEX proc_timeout_due ON frameq.proc (timeout_at)
+	WHERE state = 'running' AND timeout_at IS NOT NULL;
 
 /*
  * One row per attempt, kept forever, written by the proc insert trigger
@@ -308,8 +347,9 @@ CREATE TABLE frameq.run (
 	exit_status int,
 	exit_signal int,
 	max_rss		bigint,
-	reason		text CHECK (reason IN ('completed', 'killed', 'host_lost', 'host_rebooted',
-									   'lost_by_agent', 'operator')),
+	reason		text CHECK (reason IN ('completed', 'killed', 'timeout', 'stalled', 'oom',
+									   'host_lost', 'host_rebooted', 'lost_by_agent',
+									   'operator')),
 	kill_reason text,
 	end_state	text,
 	CHECK ((ended_at IS NULL) = (reason IS NULL))
@@ -414,5 +454,7 @@ CREATE TYPE frameq.booking AS (
 	gpu_memory	bigint,
 	env			jsonb,
 	/* the render's run secret (agent.sql): proves to owns() that the caller is that render */
-	run_secret	text
+	run_secret	text,
+	/* the layer's progress_pattern, or NULL */
+	progress_pattern text
 );

@@ -296,6 +296,35 @@ END
 $$;
 
 /*
+ * A layer's progress_pattern: a non-empty string of at most 1,000
+ * characters that compiles as a regular expression (the agent matches it
+ * against each line of the render's output, and reads a percentage from
+ * its first group); NULL if absent.
+ */
+CREATE FUNCTION frameq._progress_pattern(obj jsonb, path text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	field text := path || '.progress_pattern';
+	pattern text := frameq._spec_value(obj, 'progress_pattern', path, 'string') #>> '{}';
+BEGIN
+	IF pattern IS NULL THEN
+		RETURN NULL;
+	END IF;
+	PERFORM frameq._bounded(pattern, field, 1000);
+	IF pattern = '' THEN
+		RAISE EXCEPTION '% must not be empty', field USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	BEGIN
+		PERFORM '' ~ pattern;
+	EXCEPTION WHEN invalid_regular_expression THEN
+		RAISE EXCEPTION '% is not a valid regular expression: %', field, SQLERRM
+			USING ERRCODE = 'invalid_parameter_value';
+	END;
+	RETURN pattern;
+END
+$$;
+
+/*
  * A job from its JSON spec (doc/reference.md): every field is checked
  * first, then the job, its layers, their limits and their frames are
  * written.  Returns the job's id.
@@ -313,6 +342,8 @@ DECLARE
 	max_cc int;
 	max_gpus int;
 	paused bool;
+	timeout int;
+	timeout_no_output int;
 	layers jsonb;
 	layer jsonb;
 	path text;
@@ -334,6 +365,9 @@ DECLARE
 	l_after jsonb[] := '{}';
 	l_after_frames jsonb[] := '{}';
 	l_count bigint[] := '{}';
+	l_timeout int[] := '{}';
+	l_timeout_no_output int[] := '{}';
+	l_progress_pattern text[] := '{}';
 	l_id bigint[] := '{}';
 	after_jobs bigint[];
 	unmet_jobs int;
@@ -358,7 +392,8 @@ BEGIN
 		PERFORM frameq._too_big('spec', 'more than 64 MB');
 	END IF;
 	PERFORM frameq._spec_unknown(spec, ARRAY['show', 'folder', 'name', 'priority',
-		'max_retries', 'auto_eat', 'max_cores', 'max_gpus', 'paused', 'layers', 'after_jobs'], 'spec');
+		'max_retries', 'auto_eat', 'max_cores', 'max_gpus', 'paused', 'layers', 'after_jobs',
+		'timeout', 'timeout_no_output'], 'spec');
 
 	v := frameq._spec_value(spec, 'show', 'spec', 'string');
 	IF v IS NULL THEN
@@ -394,6 +429,8 @@ BEGIN
 						 'spec.max_cores');
 	max_gpus := frameq._spec_int(spec, 'max_gpus', 'spec', NULL, 0, 100000);
 	after_jobs := frameq._spec_after_jobs(spec);
+	timeout := frameq._duration(spec -> 'timeout', 'spec.timeout');
+	timeout_no_output := frameq._duration(spec -> 'timeout_no_output', 'spec.timeout_no_output');
 
 	layers := frameq._spec_value(spec, 'layers', 'spec', 'array');
 	IF layers IS NULL OR jsonb_array_length(layers) = 0 THEN
@@ -412,7 +449,8 @@ BEGIN
 		END IF;
 		PERFORM frameq._spec_unknown(layer, ARRAY['name', 'command', 'range', 'cores',
 			'cores_max', 'threadable', 'memory', 'gpus', 'gpu_memory', 'tags', 'limits',
-			'dispatch_order', 'env', 'chunk', 'after', 'after_frames'], path);
+			'dispatch_order', 'env', 'chunk', 'after', 'after_frames', 'timeout',
+			'timeout_no_output', 'progress_pattern'], path);
 
 		v := frameq._spec_value(layer, 'name', path, 'string');
 		IF v IS NULL OR v #>> '{}' = '' THEN
@@ -479,6 +517,10 @@ BEGIN
 		l_order := l_order || frameq._spec_int(layer, 'dispatch_order', path, i, -1000000, 1000000);
 		l_tags := l_tags || to_jsonb(frameq._tags(frameq._spec_tags(layer, 'tags', path), path || '.tags'));
 		l_env := l_env || frameq._check_env(frameq._spec_value(layer, 'env', path, 'object'), path);
+		l_timeout := l_timeout || frameq._duration(layer -> 'timeout', path || '.timeout');
+		l_timeout_no_output := l_timeout_no_output
+			|| frameq._duration(layer -> 'timeout_no_output', path || '.timeout_no_output');
+		l_progress_pattern := l_progress_pattern || frameq._progress_pattern(layer, path);
 		l_limits := l_limits || to_jsonb(frameq._spec_tags(layer, 'limits', path));
 		l_after := l_after || to_jsonb(frameq._spec_tags(layer, 'after', path));
 		/* a layer waited for whole is not waited for frame by frame as well */
@@ -510,20 +552,23 @@ BEGIN
 
 	/* everything checked: write */
 	INSERT INTO frameq.job AS j (show, folder, name, priority, max_retries, auto_eat,
-							max_cc, max_gpus, state)
+							max_cc, max_gpus, state, timeout, timeout_no_output)
 	VALUES (show_id, folder_id, job_name, priority, max_retries, auto_eat,
-			max_cc, max_gpus, CASE WHEN paused THEN 'paused' ELSE 'active' END)
+			max_cc, max_gpus, CASE WHEN paused THEN 'paused' ELSE 'active' END,
+			timeout, timeout_no_output)
 	RETURNING j.id INTO job_id;
 
 	unmet_jobs := frameq._submit_job_depends(job_id, after_jobs);
 
 	FOR i IN 1 .. array_length(l_name, 1) LOOP
 		INSERT INTO frameq.layer (job, name, command, dispatch_order, min_cc, max_cc,
-								  threadable, memory, gpus, gpu_memory, tags, env, deps_left)
+								  threadable, memory, gpus, gpu_memory, tags, env, deps_left,
+								  timeout, timeout_no_output, progress_pattern)
 		VALUES (job_id, l_name[i], l_command[i], l_order[i], l_min_cc[i], l_max_cc[i],
 				l_threadable[i], l_memory[i], l_gpus[i], l_gpu_memory[i],
 				ARRAY(SELECT jsonb_array_elements_text(l_tags[i])), l_env[i],
-				unmet_jobs + jsonb_array_length(l_after[i]))
+				unmet_jobs + jsonb_array_length(l_after[i]),
+				l_timeout[i], l_timeout_no_output[i], l_progress_pattern[i])
 		RETURNING layer.id INTO layer_id;
 		l_id := l_id || layer_id;
 		INSERT INTO frameq.layer_limit (layer, limit_id)

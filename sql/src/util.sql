@@ -24,6 +24,9 @@
  *	a whole job spec										64 MB
  *	a reason, a boot id										500 / 200 characters
  *	procs listed in one heartbeat							100,000
+ *	a heartbeat's report: entries, bytes					10,000, 4 MB (past them it is ignored)
+ *	a duration (timeouts, delays)							365 days (31,536,000 s)
+ *	a layer's progress_pattern								1,000 characters
  * ---------------------------------------------------------------------
  */
 
@@ -205,5 +208,56 @@ BEGIN
 			USING ERRCODE = 'undefined_object';
 	END IF;
 	RETURN result;
+END
+$$;
+
+/*
+ * A duration field of a spec (timeouts, delays), in whole seconds: a JSON
+ * number of seconds, or a string of one or more of <n>d, <n>h, <n>m, <n>s
+ * in that order ("90s", "2h", "1h30m", "1d12h").  NULL for SQL NULL or a
+ * JSON null (the field is absent).  0 is refused like a negative number
+ * (absent means none); past 365 days is 54000.  field names the field in
+ * messages (spec.layers[0].timeout).  The one place durations are read.
+ */
+CREATE FUNCTION frameq._duration(value jsonb, field text) RETURNS int
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	max_seconds constant int := 365 * 86400;
+	t text := pg_catalog.jsonb_typeof(value);
+	m text[];
+	n numeric;
+BEGIN
+	IF value IS NULL OR t = 'null' THEN
+		RETURN NULL;
+	END IF;
+	IF t = 'number' THEN
+		n := value::numeric;
+		IF n <> pg_catalog.trunc(n) THEN
+			n := NULL;
+		END IF;
+	ELSIF t = 'string' THEN
+		IF pg_catalog.length(value #>> '{}') > 64 THEN
+			PERFORM frameq._too_big(field, pg_catalog.format('%s characters, at most 64',
+															 pg_catalog.length(value #>> '{}')));
+		END IF;
+		m := pg_catalog.regexp_match(value #>> '{}',
+									 '^(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?$');
+		IF m IS NOT NULL AND (value #>> '{}') <> '' THEN
+			n := coalesce(m[1]::numeric, 0) * 86400 + coalesce(m[2]::numeric, 0) * 3600
+				 + coalesce(m[3]::numeric, 0) * 60 + coalesce(m[4]::numeric, 0);
+		END IF;
+	END IF;
+	IF n > max_seconds THEN
+		RAISE EXCEPTION '% is too large: %, at most 365 days (% seconds)', field,
+			frameq._clip(value::text), max_seconds
+			USING ERRCODE = 'program_limit_exceeded';
+	END IF;
+	IF n IS NULL OR n <= 0 THEN
+		RAISE EXCEPTION '% must be a duration above 0: whole seconds, or a string such as "90s", "2h" or "1h30m", not %',
+			field, frameq._clip(value::text)
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Units: d, h, m, s, in that order. Leave the field out for none.';
+	END IF;
+	RETURN n::int;
 END
 $$;

@@ -7,12 +7,14 @@
 
 /*
  * every frame row (a task: one frame number, or a chunk of them), with its
- * proc and host while it runs; frame_number is the task's first number
+ * proc and host while it runs, and what its agent last reported of the
+ * render (heartbeat); frame_number is the task's first number
  */
 CREATE VIEW frameq.frames AS
 SELECT f.id AS frame, f.job, f.layer, f.number AS frame_number, f.state, f.retries,
 	   f.attempts, p.id AS proc, h.name AS host, p.state AS proc_state,
-	   frameq._frame_spec(f.number, f.numbers) AS frame_spec
+	   frameq._frame_spec(f.number, f.numbers) AS frame_spec,
+	   p.last_line, p.progress, p.last_output_at
   FROM frameq.frame f
   LEFT JOIN frameq.proc p ON p.frame = f.id
   LEFT JOIN frameq.host h ON h.id = p.host;

@@ -138,6 +138,69 @@ END
 $$;
 
 /*
+ * Time out the running procs whose deadline (timeout_at, set at booking)
+ * is at or before at (the worker passes the time it read for the round):
+ * each becomes a kill order, kill_cause 'timeout', wanting the state a
+ * failure of the frame leads to (_failed_state), and its release counts a
+ * retry (src/release.c).  Only the procs due are read, through the partial
+ * index proc_timeout_due, at most 1,000 a round (the rest in the next
+ * rounds, a second apart); a proc whose row another session holds (its
+ * completion in flight, say) is left for a later round (SKIP LOCKED).
+ * Returns how many it ordered killed.
+ */
+CREATE FUNCTION frameq._time_out(at timestamptz DEFAULT NULL) RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	at_time timestamptz := coalesce(at, pg_catalog.clock_timestamp());
+	n bigint;
+BEGIN
+	/*
+	 * Nothing due, the usual answer: the earliest deadline, the first
+	 * entry of the index (a min() with no parameter is planned as that
+	 * whatever the statistics; an EXISTS with at_time, once its plan was
+	 * generic, guessed a third of the table due and read all of it).
+	 */
+	IF coalesce((SELECT pg_catalog.min(y.timeout_at) FROM frameq.proc y
+				  WHERE y.state OPERATOR(pg_catalog.=) 'running' AND y.timeout_at IS NOT NULL)
+				OPERATOR(pg_catalog.>) at_time, true) THEN
+		RETURN 0;
+	END IF;
+	/* before the first write of procs: see _ledger_ensure */
+	PERFORM frameq._ledger_ensure();
+	/* locked by an initplan and updated by primary key, as _send_kills does */
+	UPDATE frameq.proc x
+	   SET state = 'killing', kill_cause = 'timeout', kill_at = pg_catalog.clock_timestamp(),
+		   want_state = frameq._failed_state(x.frame),
+		   kill_reason = pg_catalog.format('timeout: still running %s s after its booking',
+										   pg_catalog.round(pg_catalog.date_part('epoch',
+											   at_time OPERATOR(pg_catalog.-) x.booked_at)))
+	 WHERE x.id OPERATOR(pg_catalog.=) ANY (ARRAY(
+			SELECT y.id FROM frameq.proc y
+			 WHERE y.state OPERATOR(pg_catalog.=) 'running'
+			   AND y.timeout_at OPERATOR(pg_catalog.<=) at_time
+			 ORDER BY y.timeout_at LIMIT 1000
+			   FOR NO KEY UPDATE SKIP LOCKED))
+	   AND x.state OPERATOR(pg_catalog.=) 'running';
+	GET DIAGNOSTICS n = ROW_COUNT;
+	RETURN n;
+END
+$$;
+
+/*
+ * After a step of the wall clock (the worker measured it): move every
+ * deadline by as much, so that a task is timed out after it has run for
+ * its timeout, not earlier or later because the clock moved.  Returns how
+ * many deadlines it moved.
+ */
+CREATE FUNCTION frameq._shift_deadlines(jump interval) RETURNS bigint
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	WITH s AS (
+		UPDATE frameq.proc x SET timeout_at = x.timeout_at OPERATOR(pg_catalog.+) jump
+		 WHERE x.state OPERATOR(pg_catalog.=) 'running' AND x.timeout_at IS NOT NULL RETURNING 1)
+	SELECT pg_catalog.count(*) FROM s
+$$;
+
+/*
  * The worker's step: finish the jobs in frameq.job_finish_check that are
  * done; returns how many it settled.
  */

@@ -24,6 +24,12 @@
 #    every 50 ms poll until leases_since + 5.2 s, and it is released
 #    (host_lost, frame waiting, host down / lease_lost, epoch + 1) within
 #    1.5 s after that, i.e. a whole lease period counted from the jump.
+#    Host "tmo" runs a task with a timeout of 60 s, booked just before the
+#    jump: the worker moves its deadline by the jump (timeout_at -
+#    booked_at becomes 3,660 s) and never times it out (it stays running
+#    at every poll, and its run ends host_lost with the lease, not
+#    timeout); on the new clock its deadline was an hour past, so a round
+#    that timed tasks out before moving the deadlines would have killed it.
 #
 # Why this can fail: on the new clock the silent host's last renewal is an
 # hour old (asserted right after the jump), so _expire_leases releases it in
@@ -249,6 +255,11 @@ print("control took %.1f s" % (time.monotonic() - t0), flush=True)
 # ------------------------------------------------------------ 2. a forward jump of one hour
 t0 = time.monotonic()
 J = host_with_frame(q, "jmp", "cj", 4)
+submit(q, "cj", "timed", "1", timeout=60, priority=10)
+T = host_with_frame(q, "tmo", "cj", 4)
+if q1("SELECT extract(epoch FROM timeout_at - booked_at)::float8 FROM frameq.proc WHERE id = %s",
+      T["proc"]) != 60:
+    bail("the timed task's deadline is not 60 s after its booking")
 renewal = beat_a_while(J)
 # it falls silent, and the wall clock jumps at once
 clk0 = q1("SELECT clock_timestamp()")
@@ -269,7 +280,14 @@ detected_after = None    # monotonic seconds from the file write to seeing it
 polls_before = polls_in = 0
 rearmed = None
 last_hold = released = None
+t_offsets = set()        # timeout_at - booked_at of the timed task, as polled
 while True:
+    t_row = q("SELECT state, extract(epoch FROM timeout_at - booked_at)::float8 FROM frameq.proc"
+              " WHERE id = %s", T["proc"])
+    if t_row:
+        if t_row[0][0] != "running":
+            fail("the timed task became a kill order after the jump (%s)" % (t_row,))
+        t_offsets.add(round(t_row[0][1]))
     held, row = holds(J)
     st_since, now_after, lexp = q(
         "SELECT w.leases_since, clock_timestamp(), h.lease_expires_at"
@@ -336,6 +354,16 @@ if since is not None:
     after_renewal = float(q1("SELECT extract(epoch FROM r.ended_at - %s::timestamptz)::float8"
                              "  FROM frameq.run r WHERE r.proc = %s", renewal, J["proc"]) or 0)
     print("jump: on the server's clock it was released %.1f s after its last renewal" % after_renewal, flush=True)
+
+if t_offsets - {60, 60 + JUMP} or 60 + JUMP not in t_offsets:
+    fail("the timed task's deadline was %s s after its booking; wanted 60, then %d" % (sorted(t_offsets), 60 + JUMP))
+else:
+    ok("the worker moved the timed task's deadline by the jump (%s s after its booking)" % sorted(t_offsets))
+t_run = q("SELECT reason FROM frameq.run WHERE proc = %s", T["proc"])
+if t_run != [("host_lost",)]:
+    fail("the timed task's run ended %s; wanted host_lost (never timed out)" % t_run)
+else:
+    ok("the timed task was never timed out: its run ended host_lost with its lease")
 
 lines = jump_lines()
 if len(lines) != 1 or abs(lines[0] - JUMP) > 1:
