@@ -6,7 +6,9 @@
  * supervisor process of its own (supervisor.c).  runs.c keeps the table of
  * bookings on this machine; statefile.c is the on-disk side of it, which
  * outlives the agent; config.c, resources.c and log.c are what their names
- * say.
+ * say.  memory.c measures a render's process tree and looks for proof of an
+ * OOM kill (for the supervisor); output.c follows a render's log file and
+ * builds the report heartbeats carry (for the agent).
  */
 #ifndef FRAMEQ_AGENT_H
 #define FRAMEQ_AGENT_H
@@ -69,6 +71,7 @@ struct config
 	bool		kill_on_term;	/* SIGTERM kills renders (else lets them finish) */
 	double		reserve_interval;	/* seconds between reserves that found nothing */
 	double		fault_drop_reports; /* percent of complete() calls to drop (tests) */
+	bool		enforce_memory; /* kill a render whose tree outgrows its share */
 	char	   *config_file;
 };
 
@@ -104,6 +107,13 @@ struct resources
 extern void resources_detect(struct resources *r);
 
 /* ----------------------------------------------------------------- db.c */
+/*
+ * What frameq 0.5.0 added to the calls: heartbeat's report (idle time, last
+ * output line and progress of each render), complete's oom flag, and the
+ * booking's progress_pattern.  The agent uses them only with a database at
+ * 0.5.0 or later whose heartbeat and complete take them (db_reports_taken).
+ */
+#define FRAMEQ_REPORTS "0.5.0"
 
 struct pg_result;
 
@@ -122,6 +132,12 @@ extern int	db_socket(void);
 extern const char *db_database(void);
 extern const char *db_extension_version(void);
 extern bool db_reread_extension_version(int timeout_ms);
+
+/* do the database's heartbeat take a report and its complete an oom flag? */
+extern bool db_reports_taken(void);
+
+/* is the server's encoding UTF8 (else only ASCII goes into reports)? */
+extern bool db_server_utf8(void);
 
 /*
  * Run one statement with parameters, waiting at most timeout_ms.  Returns
@@ -180,7 +196,8 @@ enum killed_by
 	KILLED_NONE,				/* ended on its own */
 	KILLED_AGENT,				/* the agent asked (SIGTERM to the supervisor) */
 	KILLED_FENCE,				/* the lease deadline passed */
-	KILLED_ERROR				/* the render could not be started */
+	KILLED_ERROR,				/* the render could not be started */
+	KILLED_MEMORY				/* its tree outgrew its memory (--enforce-memory) */
 };
 
 struct result_record
@@ -189,8 +206,9 @@ struct result_record
 	int64_t		epoch;
 	int			exit_status;
 	int			exit_signal;
-	int64_t		max_rss;		/* bytes; -1 unknown */
+	int64_t		max_rss;		/* bytes, peak over the process tree; -1 unknown */
 	enum killed_by killed_by;
+	bool		oom;			/* killed for memory, by the supervisor or (proven) the kernel */
 };
 
 extern const char *killed_by_name(enum killed_by k);
@@ -235,6 +253,8 @@ struct booking
 	int			nenv;
 	/* the booking's run_secret ("" if the server has none): FRAMEQ_RUN_SECRET */
 	char		run_secret[65];
+	/* the layer's progress_pattern (NULL if none), a POSIX extended regex */
+	char	   *progress_pattern;
 };
 
 struct launch
@@ -246,17 +266,22 @@ struct launch
 	const char *work_dir;
 	int64_t		kill_grace_ns;
 	const char *host;
+	/* where the render's cgroup goes (memory.c); "" to measure through /proc */
+	const char *cgroup_base;
 };
 
 /*
- * What the agent sends a supervisor after every renewal: the lease deadline
- * and the kill grace in force (a reload may change it).  16 bytes, less than
- * PIPE_BUF, so each message arrives whole.
+ * What the agent sends a supervisor after every renewal, and whenever a
+ * render starts or ends: the lease deadline, the kill grace in force (a
+ * reload may change it) and the most memory the render's tree may use (its
+ * booking plus the host's unbooked memory; -1: not enforced).  24 bytes,
+ * less than PIPE_BUF, so each message arrives whole.
  */
 struct lease_msg
 {
 	int64_t		deadline_ns;	/* lease clock */
 	int64_t		grace_ns;
+	int64_t		memory_limit;	/* bytes; -1 none */
 };
 
 /* the supervisor process: never returns */
@@ -281,6 +306,19 @@ extern struct run *runs_launch(const struct launch *l, int64_t deadline_ns);
 extern void runs_kill(int64_t proc, enum kill_why why, const char *reason);
 extern void runs_kill_all(enum kill_why why, const char *reason);
 extern void runs_push_deadline(int64_t deadline_ns, int64_t grace_ns);
+
+/*
+ * The memory the host offers, against which each render's limit is
+ * computed (its booking plus what no running render has booked); <= 0
+ * turns the limits off.  Sent to the supervisors at once.
+ */
+extern void runs_set_host_memory(int64_t bytes);
+
+/*
+ * The heartbeat's report, a JSON array with one object per render running
+ * (see output.c; *entries of them); NULL if none.  Caller frees.
+ */
+extern char *runs_report(bool utf8, int *entries);
 
 /* reap exited supervisors, read results, finish off orphaned renders */
 extern void runs_reap(int64_t kill_grace_ns);
@@ -309,7 +347,7 @@ extern int	runs_pending_reports(void);
  * (the connection is closed; the report is sent again after reconnecting).
  */
 extern bool runs_send_reports(const char *host, const char *token, bool all_now,
-							  int timeout_ms, double drop_percent);
+							  int timeout_ms, double drop_percent, bool with_oom);
 
 /* used resources of live bookings */
 extern void runs_usage(double *cores, int64_t *memory, int *gpus, int *count);
@@ -330,5 +368,104 @@ extern bool runs_take_ended(void);
 
 /* set when a report was refused with 28P01 (bad host token) */
 extern bool runs_take_token_refused(void);
+
+/* ------------------------------------------------------------- memory.c */
+
+/* how often a supervisor measures its render's tree (and enforces its limit) */
+#define MEMORY_SAMPLE_NS (NS_PER_SEC / 4)
+
+/*
+ * May the agent give each render a cgroup (v2, with the memory controller)?
+ * If so, base gets the directory their cgroups go in; if not, why says why.
+ * Called once, at start.
+ */
+extern bool memory_cgroup_base(char *base, size_t len, char *why, size_t whylen);
+
+/* can the process tree be walked (/proc/<pid>/task/<tid>/children)? */
+extern bool memory_tree_walkable(void);
+
+/* can the kernel log be read (/dev/kmsg)? */
+extern bool memory_kmsg_readable(void);
+
+/* what one supervisor watches: its render's tree and the kernel's OOM kills */
+#define MEMORY_SEEN_MAX 1024
+struct memwatch
+{
+	pid_t		me;				/* the supervisor: its descendants are the tree */
+	pid_t		render;
+	char		cgroup[4096];	/* the render's cgroup; "" if none */
+	int			kmsg_fd;		/* the kernel log from the render's start; -1 */
+	int64_t		oom_kills;		/* memory.events oom_kill at the start */
+	int64_t		peak;			/* the most the tree used, sampled */
+	int64_t		current;		/* what it used at the last sample */
+	pid_t		seen[MEMORY_SEEN_MAX];	/* pids of the tree seen so far */
+	int			nseen;
+	char		proof[256];		/* a kernel OOM kill of the tree, if seen */
+};
+
+/*
+ * Before the render starts: its cgroup (made here, under base; "" for
+ * none; false if it could not be made) and the kernel log's current end.
+ */
+extern bool memwatch_prepare(struct memwatch *w, pid_t me, const char *base, int64_t proc);
+
+/* the render is forked (and waits): put it into the cgroup; false if not */
+extern bool memwatch_adopt(struct memwatch *w, pid_t render);
+
+/* measure the tree now: bytes in use (updates peak, seen pids, proof) */
+extern int64_t memwatch_sample(struct memwatch *w);
+
+/* SIGKILL the whole tree: its process group, every pid walked, the cgroup */
+extern void memwatch_kill_tree(struct memwatch *w);
+
+/*
+ * The render has ended: the peak over its life (at least floor, the
+ * rusage peak of its largest process), and whether the kernel OOM-killed
+ * part of it, with the proof in w->proof.
+ */
+extern int64_t memwatch_peak(struct memwatch *w, int64_t floor);
+extern bool memwatch_kernel_oom(struct memwatch *w);
+
+/* kill what is left in the render's cgroup and remove it */
+extern void memwatch_release(struct memwatch *w);
+
+/* ------------------------------------------------------------- output.c */
+
+/*
+ * What the agent knows of a render's output, read from its log file at
+ * each heartbeat: when it last wrote (the file's mtime), its last line
+ * (at most OUTPUT_LINE_CHARS characters, NUL bytes and invalid UTF-8
+ * dropped) and the progress its layer's pattern found in it.
+ */
+#define OUTPUT_LINE_CHARS 200
+#define OUTPUT_LINE_MAX 4096	/* bytes of a line kept for matching */
+struct output
+{
+	char	   *path;			/* the render's log file; NULL: none */
+	int64_t		offset;			/* read up to here */
+	char		partial[OUTPUT_LINE_MAX];	/* the line being written */
+	size_t		plen;
+	bool		skip_line;		/* drop the rest of a line cut off by a skip */
+	char		last_line[OUTPUT_LINE_CHARS * 4 + 1];	/* last complete line */
+	int			progress;		/* 0 to 100; -1 none */
+	void	   *regex;			/* the compiled pattern; NULL if none */
+};
+
+/* the log file of a booking's run, as the supervisor names it */
+extern void output_log_path(char *buf, size_t len, const char *log_dir,
+							const struct booking *b);
+
+/* start following a run's log; pattern may be NULL */
+extern void output_init(struct output *o, const char *path, const char *pattern,
+						int64_t proc);
+extern void output_free(struct output *o);
+
+/*
+ * Read what the render wrote since the last call and append its report
+ * entry to *json (a growing malloc'd string of length *len).  False if
+ * the log cannot be read (no entry).
+ */
+extern bool output_report(struct output *o, int64_t proc, bool utf8,
+						  char **json, size_t *len, size_t *cap);
 
 #endif							/* FRAMEQ_AGENT_H */

@@ -33,6 +33,8 @@ enum opt_type
 	T_PERCENT,
 	T_KILL_ON_TERM,
 	T_FINISH_ON_TERM,
+	T_ENFORCE_MEMORY,
+	T_NO_ENFORCE_MEMORY,
 	T_CONFIG,
 	T_HELP,
 	T_VERSION
@@ -86,6 +88,12 @@ static const struct opt_def opts[] = {
 	"(a second SIGTERM kills them)"},
 	{"reserve-interval", T_SECONDS, OFF(reserve_interval), "SECONDS", "2",
 	"how long to wait after a reserve that found nothing (with room free)"},
+	{"enforce-memory", T_ENFORCE_MEMORY, OFF(enforce_memory), NULL, "this",
+	"kill a render whose process tree uses more than its booking plus the\n"
+	"host's unbooked memory (--memory less the bookings of the renders\n"
+	"running), and report it as an OOM"},
+	{"no-enforce-memory", T_NO_ENFORCE_MEMORY, OFF(enforce_memory), NULL, NULL,
+	"measure renders' memory, but kill none for it"},
 	{"fault-drop-reports", T_PERCENT, OFF(fault_drop_reports), "PERCENT", "0",
 	"for fault-injection tests only: drop this percentage (0 to 100) of\n"
 	"completion reports, chosen at random per attempt; half are not sent,\n"
@@ -97,6 +105,14 @@ static const struct opt_def opts[] = {
 	{"version", T_VERSION, 0, NULL, NULL, "show the version and exit"},
 	{NULL, 0, 0, NULL, NULL, NULL}
 };
+
+/* a flag pair: "--x" alone on the command line, yes|no elsewhere */
+static bool
+is_flag(const struct opt_def *o)
+{
+	return o->type == T_KILL_ON_TERM || o->type == T_FINISH_ON_TERM ||
+		o->type == T_ENFORCE_MEMORY || o->type == T_NO_ENFORCE_MEMORY;
+}
 
 static void
 env_name(const struct opt_def *o, char *buf, size_t len)
@@ -291,6 +307,12 @@ set_opt(struct config *cfg, const struct opt_def *o, const char *value,
 				break;
 			cfg->kill_on_term = (o->type == T_KILL_ON_TERM) ? b : !b;
 			return true;
+		case T_ENFORCE_MEMORY:
+		case T_NO_ENFORCE_MEMORY:
+			if (!parse_bool(value, &b))
+				break;
+			cfg->enforce_memory = (o->type == T_ENFORCE_MEMORY) ? b : !b;
+			return true;
 		case T_HELP:
 		case T_VERSION:
 			break;
@@ -400,7 +422,7 @@ print_help(void)
 		if (o->type != T_HELP && o->type != T_VERSION)
 		{
 			env_name(o, env, sizeof(env));
-			if (o->type == T_KILL_ON_TERM || o->type == T_FINISH_ON_TERM)
+			if (is_flag(o))
 				printf("        env %s=yes|no%s\n", env,
 					   o->deflt ? " (the default)" : "");
 			else
@@ -435,6 +457,7 @@ set_defaults(struct config *cfg)
 	cfg->kill_on_term = false;
 	cfg->reserve_interval = 2;
 	cfg->fault_drop_reports = 0;
+	cfg->enforce_memory = true;
 	cfg->config_file = strdup("");
 }
 
@@ -544,8 +567,9 @@ read_environment(struct config *cfg, char *err, size_t errlen)
 }
 
 /*
- * The command line, read last so that it wins.  --kill-on-term and
- * --finish-on-term are flags there ("yes" unless given a value).
+ * The command line, read last so that it wins.  --kill-on-term,
+ * --finish-on-term, --enforce-memory and --no-enforce-memory are flags
+ * there ("yes" unless given a value).
  */
 static bool
 read_command_line(struct config *cfg, int argc, char **argv, char *err, size_t errlen)
@@ -559,7 +583,7 @@ read_command_line(struct config *cfg, int argc, char **argv, char *err, size_t e
 			return false;
 		if (o->type == T_CONFIG)
 			continue;
-		if (o->type == T_KILL_ON_TERM || o->type == T_FINISH_ON_TERM)
+		if (is_flag(o))
 		{
 			if (!set_opt(cfg, o, v ? v : "yes", "command line", err, errlen))
 				return false;

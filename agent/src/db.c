@@ -13,7 +13,8 @@
  * keepalives, settings the operator's conninfo may override; but whatever
  * the conninfo says, a server in recovery (a standby) is refused.  Each
  * connection also reads which version of the frameq extension its database
- * has; main.c decides whether the agent speaks it.
+ * has, and whether its heartbeat takes a report and its complete an oom
+ * flag; main.c decides whether the agent speaks it, and what it sends.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -31,6 +32,29 @@ static void (*notify_handler) (const char *channel, const char *payload);
 
 /* the frameq extension's version in the connected database; "" if none */
 static char ext_version[64];
+/* its heartbeat takes a report and its complete an oom flag */
+static bool reports_taken;
+
+/*
+ * The version, and whether heartbeat(host, token, epoch, running, report)
+ * and complete(..., max_rss, oom) are there (pg_extension and pg_proc are
+ * readable by all).
+ */
+#define VERSION_QUERY \
+	"SELECT e.extversion, " \
+	"(SELECT count(*) FROM pg_catalog.pg_proc p WHERE p.pronamespace = e.extnamespace " \
+	"AND ((p.proname = 'heartbeat' AND p.pronargs = 5) " \
+	"OR (p.proname = 'complete' AND p.pronargs = 8))) = 2 " \
+	"FROM pg_catalog.pg_extension e WHERE e.extname = 'frameq'"
+
+static void
+take_version(PGresult *res)
+{
+	bool		found = PQntuples(res) == 1;
+
+	snprintf(ext_version, sizeof(ext_version), "%s", found ? PQgetvalue(res, 0, 0) : "");
+	reports_taken = found && strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+}
 
 void
 db_set_notify_handler(void (*handler) (const char *channel, const char *payload))
@@ -142,8 +166,8 @@ db_connect(const char *conninfo, const char *host)
 		return false;
 	}
 
-	/* which frameq does this database have?  (pg_extension is readable by all) */
-	res = PQexec(conn, "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'frameq'");
+	/* which frameq does this database have? */
+	res = PQexec(conn, VERSION_QUERY);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
 		log_event("connect-failed", "error=\"%s\"", log_clean(PQresultErrorMessage(res)));
@@ -152,8 +176,7 @@ db_connect(const char *conninfo, const char *host)
 		conn = NULL;
 		return false;
 	}
-	snprintf(ext_version, sizeof(ext_version), "%s",
-			 PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "");
+	take_version(res);
 	PQclear(res);
 	if (PQsetnonblocking(conn, 1) != 0)
 	{
@@ -176,8 +199,7 @@ db_extension_version(void)
 bool
 db_reread_extension_version(int timeout_ms)
 {
-	PGresult   *res = db_exec("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'frameq'",
-							  0, NULL, timeout_ms, NULL);
+	PGresult   *res = db_exec(VERSION_QUERY, 0, NULL, timeout_ms, NULL);
 
 	if (!res)
 		return false;
@@ -187,10 +209,23 @@ db_reread_extension_version(int timeout_ms)
 		PQclear(res);
 		return false;
 	}
-	snprintf(ext_version, sizeof(ext_version), "%s",
-			 PQntuples(res) == 1 ? PQgetvalue(res, 0, 0) : "");
+	take_version(res);
 	PQclear(res);
 	return true;
+}
+
+bool
+db_reports_taken(void)
+{
+	return conn && reports_taken;
+}
+
+bool
+db_server_utf8(void)
+{
+	const char *enc = conn ? PQparameterStatus(conn, "server_encoding") : NULL;
+
+	return enc && strcmp(enc, "UTF8") == 0;
 }
 
 const char *

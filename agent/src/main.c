@@ -51,7 +51,17 @@
  * server whose database is at another version) and before every attach
  * (ALTER EXTENSION may have run since).  If the agent does not
  * speak it, or frameq is not installed there, it makes no call, kills its
- * renders if it holds a lease, and exits with EXIT_VERSION.
+ * renders if it holds a lease, and exits with EXIT_VERSION.  From frameq
+ * 0.5.0 (FRAMEQ_REPORTS) heartbeats carry a report on each render (its idle
+ * time, last output line and progress), complete() says whether a render
+ * was an OOM, and bookings carry a progress pattern; older ones get the
+ * calls as before.
+ *
+ * Memory: each supervisor measures its render's tree and kills it when it
+ * uses more than its booking plus the host's unbooked memory
+ * (--enforce-memory, the default; supervisor.c, memory.c).  Where the
+ * agent may, each render gets a cgroup of its own for that
+ * (memory_cgroup_base); decided once, at start.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -129,6 +139,12 @@ static int64_t next_token_check;
 /* the database's frameq is not one this agent speaks: stop once nothing runs */
 static bool version_refused;
 
+/* the database's frameq is FRAMEQ_REPORTS or later (read with its version) */
+static bool speaks_reports;
+
+/* where render cgroups go ("" none: memory is measured through /proc) */
+static char cgroup_base[PATH_MAX];
+
 #define SEC(x) ((int64_t) ((x) * (double) NS_PER_SEC))
 
 static int
@@ -170,6 +186,34 @@ compute_offer(void)
 			  cfg.tags[0] ? cfg.tags : "-");
 	if (offer_cores > machine.cores || offer_memory > machine.memory || offer_gpus > machine.gpus)
 		log_event("warning", "message=\"offering more than the machine has\"");
+	/* each render's memory limit: its booking plus what the offer has unbooked */
+	runs_set_host_memory(cfg.enforce_memory ? offer_memory : 0);
+}
+
+/*
+ * How renders' memory will be measured, said once at start: in a cgroup
+ * per render if the agent may make them, else through /proc; whether the
+ * kernel log can prove an OOM kill; whether limits are enforced.
+ */
+static void
+choose_memory_watch(void)
+{
+	char		why[PATH_MAX + 256];
+
+	if (memory_cgroup_base(cgroup_base, sizeof(cgroup_base), why, sizeof(why)))
+		log_event("memory", "method=cgroup cgroups=%s/render.<proc> interval=%.3fs kmsg=%s enforce=%s",
+				  cgroup_base, (double) MEMORY_SAMPLE_NS / NS_PER_SEC,
+				  memory_kmsg_readable() ? "readable" : "unreadable",
+				  cfg.enforce_memory ? "yes" : "no");
+	else
+	{
+		cgroup_base[0] = '\0';
+		log_event("memory", "method=proc tree=%s interval=%.3fs kmsg=%s enforce=%s cgroup=\"%s\"",
+				  memory_tree_walkable() ? "children" : "render-only",
+				  (double) MEMORY_SAMPLE_NS / NS_PER_SEC,
+				  memory_kmsg_readable() ? "readable" : "unreadable",
+				  cfg.enforce_memory ? "yes" : "no", log_clean(why));
+	}
 }
 
 /* a fault-injection setting is worth a line at every start and reload */
@@ -392,8 +436,16 @@ extension_spoken(void)
 				 "the frameq extension in database %s is %s, newer than this agent speaks (%s to %s): install a frameq-agent built for %s",
 				 db_database(), found, FRAMEQ_OLDEST, FRAMEQ_NEWEST, found);
 	else
-		return true;
+	{
+		long		reports[3];
 
+		if (!parse_version(FRAMEQ_REPORTS, reports))
+			abort();
+		speaks_reports = version_cmp(v, reports) >= 0;
+		return true;
+	}
+
+	speaks_reports = false;
 	log_event("version-refused", "agent=%s frameq=%s speaks=%s-%s exit_status=%d message=\"%s\"",
 			  AGENT_VERSION, found[0] ? log_clean(found) : "none", FRAMEQ_OLDEST, FRAMEQ_NEWEST,
 			  EXIT_VERSION, log_clean(msg));
@@ -454,25 +506,59 @@ do_attach(void)
 	return true;
 }
 
+/*
+ * Does the server take heartbeat's report and complete's oom flag?  From
+ * FRAMEQ_REPORTS, whose functions have them.
+ */
+static bool
+reports_taken(void)
+{
+	return speaks_reports && db_reports_taken();
+}
+
+/*
+ * Renew the lease with every proc that may still run here, and, where the
+ * server takes it, the report on each render's output.
+ */
+static struct pg_result *
+call_heartbeat(const char *list, int64_t *sent, int *reported)
+{
+	char		ep[32];
+	char	   *report = NULL;
+	const char *params[5] = {cfg.host, token, ep, list, NULL};
+	struct pg_result *res;
+
+	snprintf(ep, sizeof(ep), "%" PRId64, epoch);
+	*reported = 0;
+	if (!reports_taken())
+		return db_exec("SELECT extract(epoch FROM h.lease_ttl)::float8, h.kill::text "
+					   "FROM frameq.heartbeat($1, $2, $3::bigint, $4::bigint[]) h",
+					   4, params, call_timeout_ms(), sent);
+	report = runs_report(db_server_utf8(), reported);
+	params[4] = report;
+	res = db_exec("SELECT extract(epoch FROM h.lease_ttl)::float8, h.kill::text "
+				  "FROM frameq.heartbeat($1, $2, $3::bigint, $4::bigint[], $5::jsonb) h",
+				  5, params, call_timeout_ms(), sent);
+	free(report);
+	return res;
+}
+
 static bool
 do_heartbeat(void)
 {
-	char		ep[32];
 	char	   *list = runs_running_list(epoch);
-	const char *params[4] = {cfg.host, token, ep, list};
 	struct pg_result *res;
 	int64_t		sent;
 	double		ttl;
-	int			hints;
+	int			hints,
+				reported;
+	char		shown[16] = "not-sent";
 
-	snprintf(ep, sizeof(ep), "%" PRId64, epoch);
 	/* this heartbeat answers every notification that has arrived so far */
 	hints = hint_count;
 	hint_pending = false;
 	hint_count = 0;
-	res = db_exec("SELECT extract(epoch FROM h.lease_ttl)::float8, h.kill::text "
-				  "FROM frameq.heartbeat($1, $2, $3::bigint, $4::bigint[]) h",
-				  4, params, call_timeout_ms(), &sent);
+	res = call_heartbeat(list, &sent, &reported);
 	if (!res)
 	{
 		free(list);
@@ -492,6 +578,8 @@ do_heartbeat(void)
 		free(list);
 		return false;
 	}
+	if (reports_taken())
+		snprintf(shown, sizeof(shown), "%d", reported);
 	ttl = strtod(db_value(res, 0, 0), NULL);
 	if (ttl > 0 && ttl != lease_ttl)
 	{
@@ -501,9 +589,9 @@ do_heartbeat(void)
 	lease_deadline = sent + SEC(lease_ttl) - grace_ns;
 	runs_push_deadline(lease_deadline, grace_ns);
 	next_heartbeat = sent + SEC(lease_ttl / 3);
-	log_event("lease-renewed", "epoch=%" PRId64 " lease_ttl=%.3fs running=%s kill=%s deadline_in=%.3fs hints=%d",
+	log_event("lease-renewed", "epoch=%" PRId64 " lease_ttl=%.3fs running=%s kill=%s deadline_in=%.3fs reports=%s hints=%d",
 			  epoch, lease_ttl, list, db_value(res, 0, 1),
-			  (double) (lease_deadline - lease_clock_ns()) / NS_PER_SEC, hints);
+			  (double) (lease_deadline - lease_clock_ns()) / NS_PER_SEC, shown, hints);
 	kill_list(db_value(res, 0, 1), "heartbeat");
 	db_clear(res);
 	free(list);
@@ -589,9 +677,20 @@ call_reserve(int max_frames)
 		snprintf(mf, sizeof(mf), "%d", max_frames);
 		params[3] = mf;
 	}
-	res = db_exec("SELECT b.proc, b.frame, b.job, b.layer, b.frame_number, b.command, "
+	/*
+	 * The progress pattern (FRAMEQ_REPORTS on) is read by name through
+	 * to_jsonb, so that a booking without that column gives NULL, not an
+	 * error.
+	 */
+	res = db_exec(speaks_reports ?
+				  "SELECT b.proc, b.frame, b.job, b.layer, b.frame_number, b.command, "
 				  "b.cores::text, b.memory, b.gpus, b.gpu_memory, e.key, e.value, "
-				  "b.run_secret "
+				  "b.run_secret, to_jsonb(b) ->> 'progress_pattern' "
+				  "FROM frameq.reserve($1, $2, $3::bigint, $4::int) b "
+				  "LEFT JOIN LATERAL jsonb_each_text(b.env) e ON true" :
+				  "SELECT b.proc, b.frame, b.job, b.layer, b.frame_number, b.command, "
+				  "b.cores::text, b.memory, b.gpus, b.gpu_memory, e.key, e.value, "
+				  "b.run_secret, NULL::text "
 				  "FROM frameq.reserve($1, $2, $3::bigint, $4::int) b "
 				  "LEFT JOIN LATERAL jsonb_each_text(b.env) e ON true",
 				  4, params, call_timeout_ms(), NULL);
@@ -608,8 +707,9 @@ call_reserve(int max_frames)
 }
 
 /*
- * The booking of row i, whose first row it is.  Its command points into
- * res, which must outlive it; env has room for every row of the answer.
+ * The booking of row i, whose first row it is.  Its command and progress
+ * pattern point into res, which must outlive it; env has room for every
+ * row of the answer.
  */
 static void
 booking_from_row(struct booking *b, struct pg_result *res, int i)
@@ -627,6 +727,7 @@ booking_from_row(struct booking *b, struct pg_result *res, int i)
 	b->gpu_memory = strtoll(db_value(res, i, 9), NULL, 10);
 	b->env = calloc((size_t) db_ntuples(res) + 1, sizeof(char *));
 	set_secret(b, db_isnull(res, i, 12) ? "" : db_value(res, i, 12));
+	b->progress_pattern = db_isnull(res, i, 13) ? NULL : (char *) db_value(res, i, 13);
 }
 
 /*
@@ -686,7 +787,8 @@ launch_bookings(struct booking *bs, int nb)
 			.log_dir = cfg.log_dir,
 			.work_dir = cfg.work_dir,
 			.kill_grace_ns = grace_ns,
-			.host = cfg.host
+			.host = cfg.host,
+			.cgroup_base = cgroup_base
 		};
 
 		log_event("booked", "proc=%" PRId64 " frame=%" PRId64 " job=%" PRId64 " layer=%" PRId64 " frame_number=%d cores=%s memory=%" PRId64 " gpus=%d epoch=%" PRId64,
@@ -922,7 +1024,7 @@ static bool
 send_reports(void)
 {
 	if (!runs_send_reports(cfg.host, token, phase == PH_ATTACH, call_timeout_ms(),
-						   cfg.fault_drop_reports))
+						   cfg.fault_drop_reports, reports_taken()))
 		return false;
 	/* 28P01: re-read the token file; the reports go out again next round */
 	if (runs_take_token_refused())
@@ -1267,6 +1369,7 @@ main(int argc, char **argv)
 			  cfg.config_file[0] ? cfg.config_file : "-");
 	resources_detect(&machine);
 	compute_offer();
+	choose_memory_watch();
 	warn_faults();
 	update_grace();
 	runs_set_state_dir(cfg.state_dir);

@@ -6,10 +6,12 @@
  * heartbeats, whatever its epoch, because its process may still run.  When
  * it has ended, the supervisor's result decides what the database hears:
  *
- *   - it ended on its own, or was killed on the database's kill order:
- *     complete() with its exit status, retried until acknowledged (the run
- *     stays listed in heartbeats until then, so a heartbeat cannot release
- *     it as lost while its report is on the way);
+ *   - it ended on its own, was killed on the database's kill order, or was
+ *     killed by its supervisor for using more memory than it may:
+ *     complete() with its exit status (and, from frameq 0.5.0, whether it
+ *     was an OOM), retried until acknowledged (the run stays listed in
+ *     heartbeats until then, so a heartbeat cannot release it as lost while
+ *     its report is on the way);
  *   - it was killed because the lease was lost, at shutdown (--kill-on-term)
  *     or as an earlier agent's leftover, or fenced by its supervisor: no
  *     report.  These are the agent's doing, not the frame's failure, so they
@@ -19,11 +21,17 @@
  *
  * The state directory mirrors the table (statefile.c), so that an agent that
  * died can be followed by one that knows what ran.
+ *
+ * Each supervisor gets, with every deadline, the most memory its render's
+ * tree may use: its booking plus the host's unbooked memory (the memory
+ * the host offers less the bookings of every render alive now).  It
+ * changes whenever a render starts or ends, and goes out then too.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,10 +75,14 @@ struct run
 	bool		report;			/* complete() not yet acknowledged */
 	int64_t		next_report;
 	int			report_tries;
+
+	struct output out;			/* its log file, for the heartbeat's report */
 };
 
 static struct run *runs;
 static char *state_dir;
+static int64_t host_memory;		/* what the limits are computed from; <= 0 none */
+static struct lease_msg last_msg = {.memory_limit = -1};	/* the last deadline sent */
 static bool launch_error;
 static bool ended_flag;
 static bool token_refused_flag;
@@ -140,9 +152,11 @@ free_run(struct run *r)
 	if (r->pipe_fd >= 0)
 		close(r->pipe_fd);
 	free(r->b.command);
+	free(r->b.progress_pattern);
 	for (int i = 0; i < r->b.nenv; i++)
 		free(r->b.env[i]);
 	free(r->b.env);
+	output_free(&r->out);
 	free(r);
 }
 
@@ -160,6 +174,50 @@ drop(struct run *r)
 		}
 	free_run(r);
 	ended_flag = true;
+}
+
+/*
+ * The most memory r's tree may use: its booking plus what the host offers
+ * beyond the bookings of every render alive now (never less than nothing);
+ * -1 when limits are off.
+ */
+static int64_t
+memory_limit(const struct run *r)
+{
+	int64_t		booked = 0;
+
+	if (host_memory <= 0)
+		return -1;
+	for (const struct run *o = runs; o; o = o->next)
+		if (is_live(o))
+			booked += o->b.memory;
+	return r->b.memory + (host_memory > booked ? host_memory - booked : 0);
+}
+
+/*
+ * The last deadline, with each run's memory limit as it stands now, to
+ * every supervisor.  A full pipe (a supervisor that does not read) loses
+ * this one; it still has the previous deadline, which is the safe side.
+ * Before the first renewal there is no deadline to send.
+ */
+static void
+push_all(void)
+{
+	if (last_msg.deadline_ns == 0)
+		return;
+	for (struct run *r = runs; r; r = r->next)
+	{
+		struct lease_msg msg = last_msg;
+
+		if (r->pipe_fd < 0)
+			continue;
+		msg.memory_limit = memory_limit(r);
+		if (write(r->pipe_fd, &msg, sizeof(msg)) < 0 && errno == EPIPE)
+		{
+			close(r->pipe_fd);
+			r->pipe_fd = -1;
+		}
+	}
 }
 
 static struct run *
@@ -181,9 +239,10 @@ finalize(struct run *r)
 
 	ended_flag = true;
 	if (r->res.killed_by == KILLED_NONE)
-		log_event("finished", "proc=%" PRId64 " frame=%" PRId64 " exit_status=%d exit_signal=%d max_rss=%" PRId64 " seconds=%.3f%s",
+		log_event("finished", "proc=%" PRId64 " frame=%" PRId64 " exit_status=%d exit_signal=%d max_rss=%" PRId64 " oom=%s seconds=%.3f%s",
 				  r->b.proc, r->b.frame, r->res.exit_status, r->res.exit_signal,
-				  r->res.max_rss, secs, r->leftover ? " leftover=yes" : "");
+				  r->res.max_rss, r->res.oom ? "yes" : "no", secs,
+				  r->leftover ? " leftover=yes" : "");
 	else if (r->no_result)
 		log_event("lost", "proc=%" PRId64 " frame=%" PRId64 " reason=\"its supervisor died without a result; the render is dead\"",
 				  r->b.proc, r->b.frame);
@@ -195,12 +254,15 @@ finalize(struct run *r)
 			launch_error = true;
 	}
 	else
-		log_event("killed", "proc=%" PRId64 " frame=%" PRId64 " by=%s why=%s exit_signal=%d seconds=%.3f%s",
+		log_event("killed", "proc=%" PRId64 " frame=%" PRId64 " by=%s why=%s exit_signal=%d max_rss=%" PRId64 " oom=%s seconds=%.3f%s",
 				  r->b.proc, r->b.frame, killed_by_name(r->res.killed_by),
-				  why_name(r->why), r->res.exit_signal, secs,
+				  r->res.killed_by == KILLED_MEMORY ? "memory" : why_name(r->why),
+				  r->res.exit_signal, r->res.max_rss, r->res.oom ? "yes" : "no", secs,
 				  r->leftover ? " leftover=yes" : "");
 
-	report = r->res.killed_by == KILLED_NONE ||
+	/* the limits of the others grow by what this one had booked */
+	push_all();
+	report = r->res.killed_by == KILLED_NONE || r->res.killed_by == KILLED_MEMORY ||
 		(r->res.killed_by == KILLED_AGENT && r->why == WHY_ORDER);
 	if (!report)
 	{
@@ -253,9 +315,13 @@ static struct run *
 new_run(const struct launch *l)
 {
 	struct run *r = calloc(1, sizeof(*r));
+	char		path[PATH_MAX];
 
 	r->b = *l->b;
 	r->b.command = strdup(l->b->command);
+	r->b.progress_pattern = l->b->progress_pattern ? strdup(l->b->progress_pattern) : NULL;
+	output_log_path(path, sizeof(path), l->log_dir, l->b);
+	output_init(&r->out, path, r->b.progress_pattern, r->b.proc);
 	r->b.env = calloc((size_t) l->b->nenv + 1, sizeof(char *));
 	for (int i = 0; i < l->b->nenv; i++)
 		r->b.env[i] = strdup(l->b->env[i]);
@@ -348,7 +414,11 @@ record_run(const struct run *r)
 static bool
 send_go(const struct run *r, int64_t deadline_ns, int64_t grace_ns)
 {
-	struct lease_msg msg = {.deadline_ns = deadline_ns,.grace_ns = grace_ns};
+	struct lease_msg msg = {
+		.deadline_ns = deadline_ns,
+		.grace_ns = grace_ns,
+		.memory_limit = memory_limit(r)
+	};
 
 	if (write(r->pipe_fd, &msg, sizeof(msg)) == sizeof(msg))
 		return true;
@@ -383,6 +453,8 @@ runs_launch(const struct launch *l, int64_t deadline_ns)
 		r->pipe_fd = -1;
 		launch_error = true;
 	}
+	/* the others' limits shrink by what this one booked */
+	push_all();
 	return r;
 }
 
@@ -422,22 +494,41 @@ runs_kill_all(enum kill_why why, const char *reason)
 void
 runs_push_deadline(int64_t deadline_ns, int64_t grace_ns)
 {
-	struct lease_msg msg = {.deadline_ns = deadline_ns,.grace_ns = grace_ns};
+	last_msg.deadline_ns = deadline_ns;
+	last_msg.grace_ns = grace_ns;
+	push_all();
+}
 
+void
+runs_set_host_memory(int64_t bytes)
+{
+	host_memory = bytes;
+	push_all();
+}
+
+char *
+runs_report(bool utf8, int *entries)
+{
+	size_t		len = 0,
+				cap = 256;
+	char	   *s = malloc(cap);
+
+	*entries = 0;
+	s[len++] = '[';
+	s[len] = '\0';
 	for (struct run *r = runs; r; r = r->next)
+		if (is_live(r) && !r->leftover && r->out.path &&
+			output_report(&r->out, r->b.proc, utf8, &s, &len, &cap))
+			(*entries)++;
+	if (*entries == 0)
 	{
-		if (r->pipe_fd < 0)
-			continue;
-		/*
-		 * A full pipe (a supervisor that does not read) loses this one; it
-		 * still has the previous deadline, which is the safe side.
-		 */
-		if (write(r->pipe_fd, &msg, sizeof(msg)) < 0 && errno == EPIPE)
-		{
-			close(r->pipe_fd);
-			r->pipe_fd = -1;
-		}
+		free(s);
+		return NULL;
 	}
+	s = realloc(s, len + 2);
+	s[len++] = ']';
+	s[len] = '\0';
+	return s;
 }
 
 void
@@ -653,16 +744,20 @@ report_fault(double drop_percent)
 	return FAULT_NONE;
 }
 
-/* Send the run's complete(); NULL if no answer came (the connection is gone). */
+/*
+ * Send the run's complete(); NULL if no answer came (the connection is
+ * gone).  with_oom: the server takes complete's oom flag (frameq 0.5.0).
+ */
 static struct pg_result *
-call_complete(const struct run *r, const char *host, const char *token, int timeout_ms)
+call_complete(const struct run *r, const char *host, const char *token, int timeout_ms,
+			  bool with_oom)
 {
 	char		epoch[32],
 				proc[32],
 				st[16],
 				sig[16],
 				rss[32];
-	const char *params[7];
+	const char *params[8];
 
 	snprintf(epoch, sizeof(epoch), "%" PRId64, r->epoch);
 	snprintf(proc, sizeof(proc), "%" PRId64, r->b.proc);
@@ -676,6 +771,10 @@ call_complete(const struct run *r, const char *host, const char *token, int time
 	params[4] = st;
 	params[5] = sig;
 	params[6] = r->res.max_rss >= 0 ? rss : NULL;
+	params[7] = r->res.oom ? "true" : "false";
+	if (with_oom)
+		return db_exec("SELECT frameq.complete($1, $2, $3::bigint, $4::bigint, $5::int, $6::int, $7::bigint, $8::boolean)",
+					   8, params, timeout_ms, NULL);
 	return db_exec("SELECT frameq.complete($1, $2, $3::bigint, $4::bigint, $5::int, $6::int, $7::bigint)",
 				   7, params, timeout_ms, NULL);
 }
@@ -707,15 +806,16 @@ discard_answer(const struct run *r, struct pg_result *res)
  * all, if the agent gives up on its token).
  */
 static bool
-take_answer(struct run *r, struct pg_result *res, int64_t now)
+take_answer(struct run *r, struct pg_result *res, int64_t now, bool with_oom)
 {
 	if (db_ok(res) && db_ntuples(res) == 1)
 	{
 		const char *answer = db_value(res, 0, 0);
 
-		log_event("reported", "proc=%" PRId64 " frame=%" PRId64 " epoch=%" PRId64 " exit_status=%d exit_signal=%d answer=%s%s",
+		log_event("reported", "proc=%" PRId64 " frame=%" PRId64 " epoch=%" PRId64 " exit_status=%d exit_signal=%d max_rss=%" PRId64 " oom=%s answer=%s%s",
 				  r->b.proc, r->b.frame, r->epoch, r->res.exit_status,
-				  r->res.exit_signal, answer,
+				  r->res.exit_signal, r->res.max_rss,
+				  !with_oom ? "not-sent" : r->res.oom ? "yes" : "no", answer,
 				  strcmp(answer, "stale") == 0 ?
 				  " note=\"not this host's live proc any more: its output must not be published\"" : "");
 		db_clear(res);
@@ -738,7 +838,7 @@ take_answer(struct run *r, struct pg_result *res, int64_t now)
 
 bool
 runs_send_reports(const char *host, const char *token, bool all_now, int timeout_ms,
-				  double drop_percent)
+				  double drop_percent, bool with_oom)
 {
 	int64_t		now = lease_clock_ns();
 	struct run *r,
@@ -761,7 +861,7 @@ runs_send_reports(const char *host, const char *token, bool all_now, int timeout
 					  r->b.proc, r->b.frame, retry_in);
 			continue;
 		}
-		res = call_complete(r, host, token, timeout_ms);
+		res = call_complete(r, host, token, timeout_ms, with_oom);
 		if (!res)
 			return false;
 		if (fault == FAULT_AFTER)
@@ -769,7 +869,7 @@ runs_send_reports(const char *host, const char *token, bool all_now, int timeout
 			discard_answer(r, res);
 			return false;
 		}
-		if (!take_answer(r, res, now))
+		if (!take_answer(r, res, now, with_oom))
 			return true;
 	}
 	return true;

@@ -33,6 +33,8 @@ killed_by_name(enum killed_by k)
 			return "fence";
 		case KILLED_ERROR:
 			return "error";
+		case KILLED_MEMORY:
+			return "memory";
 	}
 	return "none";
 }
@@ -171,9 +173,9 @@ state_write_result(const char *dir, const struct result_record *r)
 	snprintf(name, sizeof(name), "result.%" PRId64, r->proc);
 	snprintf(buf, sizeof(buf),
 			 "proc=%" PRId64 "\nepoch=%" PRId64 "\nexit_status=%d\nexit_signal=%d\n"
-			 "max_rss=%" PRId64 "\nkilled_by=%d\n",
+			 "max_rss=%" PRId64 "\nkilled_by=%d\noom=%d\n",
 			 r->proc, r->epoch, r->exit_status, r->exit_signal, r->max_rss,
-			 (int) r->killed_by);
+			 (int) r->killed_by, r->oom ? 1 : 0);
 	return write_atomic(dir, name, buf);
 }
 
@@ -196,8 +198,10 @@ state_read_result(const char *dir, int64_t proc, struct result_record *r)
 	if (get_int(t, "exit_signal", &v))
 		r->exit_signal = (int) v;
 	get_int(t, "max_rss", &r->max_rss);
-	if (get_int(t, "killed_by", &v) && v >= KILLED_NONE && v <= KILLED_ERROR)
+	if (get_int(t, "killed_by", &v) && v >= KILLED_NONE && v <= KILLED_MEMORY)
 		r->killed_by = (enum killed_by) v;
+	/* written by an agent before 0.5.0: no oom line, no OOM */
+	r->oom = get_int(t, "oom", &v) && v == 1;
 	return 0;
 }
 

@@ -18,10 +18,18 @@
  * deadline still holds.  SIGTERM to the supervisor means "the agent wants
  * this render killed".
  *
+ * It measures the render's memory (memory.c) every MEMORY_SAMPLE_NS, over
+ * its whole process tree: it is a child subreaper, so what the render
+ * forks stays its descendant even when orphaned.  A tree that uses more
+ * than the limit the agent sends with each deadline (the booking plus the
+ * host's unbooked memory; none with --no-enforce-memory) is SIGKILLed at
+ * once, and the run is reported as an OOM.  So is a failed render of which
+ * the kernel OOM-killed a part, with proof (memory.c); nothing else is.
+ *
  * When the render ends, the supervisor kills what is left of its group,
- * writes the result (exit status, signal, max RSS, whether and why it was
- * killed) atomically into the state directory and exits; the agent reports
- * it to the database.
+ * writes the result (exit status, signal, the tree's peak memory, whether
+ * and why it was killed, whether for memory) atomically into the state
+ * directory and exits; the agent reports it to the database.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -33,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -42,9 +51,13 @@
 
 #include "agent.h"
 
-/* the render's side of the fork: never returns */
+/*
+ * The render's side of the fork: never returns.  It waits for the
+ * supervisor's go (end of file on go_fd), given once the render is in its
+ * cgroup, so that nothing of it runs outside.
+ */
 static void
-exec_render(const struct launch *l, int logfd)
+exec_render(const struct launch *l, int logfd, int go_fd)
 {
 	const struct booking *b = l->b;
 	const char *const *names = config_env_names();
@@ -53,6 +66,9 @@ exec_render(const struct launch *l, int logfd)
 	int			devnull;
 
 	setpgid(0, 0);
+	while (read(go_fd, buf, sizeof(buf)) < 0 && errno == EINTR)
+		;
+	close(go_fd);
 
 	/* a clean signal state: the agent ignores SIGPIPE and blocks others */
 	for (int s = 1; s < NSIG; s++)
@@ -111,7 +127,7 @@ exec_render(const struct launch *l, int logfd)
 
 static void
 finish(const struct launch *l, int exit_status, int exit_signal, int64_t max_rss,
-	   enum killed_by killed_by)
+	   enum killed_by killed_by, bool oom)
 {
 	struct result_record res = {
 		.proc = l->b->proc,
@@ -119,7 +135,8 @@ finish(const struct launch *l, int exit_status, int exit_signal, int64_t max_rss
 		.exit_status = exit_status,
 		.exit_signal = exit_signal,
 		.max_rss = max_rss,
-		.killed_by = killed_by
+		.killed_by = killed_by,
+		.oom = oom
 	};
 
 	if (state_write_result(l->state_dir, &res) != 0)
@@ -159,6 +176,10 @@ struct supervisor
 	int64_t		kill_at;		/* when SIGKILL follows the SIGTERM */
 	bool		kill_sent;
 	enum killed_by killed_by;
+	struct memwatch mem;		/* the render's tree (memory.c) */
+	int64_t		memory_limit;	/* what the tree may use; -1 no limit */
+	int64_t		next_sample;	/* lease clock */
+	bool		memory_killed;
 };
 
 /*
@@ -207,6 +228,7 @@ wait_for_go(struct supervisor *s)
 		_exit(0);
 	s->deadline = first.deadline_ns;
 	s->grace = first.grace_ns;
+	s->memory_limit = first.memory_limit;
 	fcntl(s->pipe_fd, F_SETFL, fcntl(s->pipe_fd, F_GETFL) | O_NONBLOCK);
 }
 
@@ -226,16 +248,15 @@ open_run_log(const struct launch *l, char *path, size_t pathlen)
 	{
 		log_event("supervisor-error", "proc=%" PRId64 " error=\"cannot enter work dir %s: %s\"",
 				  b->proc, l->work_dir, strerror(errno));
-		finish(l, 0, 0, -1, KILLED_ERROR);
+		finish(l, 0, 0, -1, KILLED_ERROR, false);
 	}
-	snprintf(path, pathlen, "%s/job%" PRId64 ".layer%" PRId64 ".frame%d.%" PRId64 ".log",
-			 l->log_dir, b->job, b->layer, b->frame_number, b->proc);
+	output_log_path(path, pathlen, l->log_dir, b);
 	logfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0644);
 	if (logfd < 0)
 	{
 		log_event("supervisor-error", "proc=%" PRId64 " error=\"cannot open log %s: %s\"",
 				  b->proc, path, strerror(errno));
-		finish(l, 0, 0, -1, KILLED_ERROR);
+		finish(l, 0, 0, -1, KILLED_ERROR, false);
 	}
 	return logfd;
 }
@@ -248,36 +269,55 @@ refuse_early_kill(const struct supervisor *s)
 
 	while (read(s->sigfd, &si, sizeof(si)) == sizeof(si))
 		if (si.ssi_signo == SIGTERM)
-			finish(s->l, 0, SIGTERM, -1, KILLED_AGENT);
+			finish(s->l, 0, SIGTERM, -1, KILLED_AGENT, false);
 }
 
 /*
- * Fork the render into a process group of its own and record its pid in
- * the state directory, so that a later agent whose supervisor died can
- * still find and kill the render's group.
+ * Fork the render into a process group (and, if the agent may make one, a
+ * cgroup) of its own and record its pid in the state directory, so that a
+ * later agent whose supervisor died can still find and kill the render's
+ * group.
  */
 static void
 start_render(struct supervisor *s, int logfd, const char *path)
 {
 	const struct booking *b = s->l->b;
 	struct run_record rec;
+	int			go[2];
 
+	if (!memwatch_prepare(&s->mem, s->me, s->l->cgroup_base, b->proc))
+		log_event("warning", "proc=%" PRId64 " message=\"cannot make the render's cgroup under %s (%s); measuring through /proc\"",
+				  b->proc, s->l->cgroup_base, strerror(errno));
+	if (pipe2(go, O_CLOEXEC) != 0)
+	{
+		log_event("supervisor-error", "proc=%" PRId64 " error=\"pipe: %s\"", b->proc, strerror(errno));
+		finish(s->l, 0, 0, -1, KILLED_ERROR, false);
+	}
 	s->render = fork();
 	if (s->render < 0)
 	{
 		log_event("supervisor-error", "proc=%" PRId64 " error=\"fork: %s\"", b->proc, strerror(errno));
-		finish(s->l, 0, 0, -1, KILLED_ERROR);
+		finish(s->l, 0, 0, -1, KILLED_ERROR, false);
 	}
 	if (s->render == 0)
 	{
 		close(s->pipe_fd);
 		close(s->sigfd);
 		close(s->timerfd);
-		exec_render(s->l, logfd);
+		close(go[1]);
+		if (s->mem.kmsg_fd >= 0)
+			close(s->mem.kmsg_fd);
+		exec_render(s->l, logfd, go[0]);
 	}
 	/* both sides set the group, so no signal can find the render outside it */
 	setpgid(s->render, s->render);
 	close(logfd);
+	close(go[0]);
+	if (!memwatch_adopt(&s->mem, s->render))
+		log_event("warning", "proc=%" PRId64 " message=\"cannot move the render into its cgroup (%s); measuring through /proc\"",
+				  b->proc, strerror(errno));
+	/* the go: the render may run now */
+	close(go[1]);
 
 	if (state_read_run(s->l->state_dir, b->proc, &rec) == 0)
 	{
@@ -309,6 +349,7 @@ read_deadlines(struct supervisor *s)
 				if (m[i].deadline_ns > s->deadline)
 					s->deadline = m[i].deadline_ns;
 				s->grace = m[i].grace_ns;
+				s->memory_limit = m[i].memory_limit;
 			}
 			continue;
 		}
@@ -327,12 +368,38 @@ read_deadlines(struct supervisor *s)
 }
 
 /*
+ * The render failed, and the kernel OOM-killed part of its tree (with
+ * proof): that is an OOM.  A render killed by anything else is not, and
+ * one that succeeded all the same is not either (said in the log).
+ */
+static bool
+kernel_oom(struct supervisor *s, bool failed)
+{
+	const struct booking *b = s->l->b;
+
+	if (!memwatch_kernel_oom(&s->mem))
+		return false;
+	if (failed && s->killed_by == KILLED_NONE)
+	{
+		log_event("oom", "proc=%" PRId64 " frame=%" PRId64 " pid=%d by=kernel proof=\"%s\"",
+				  b->proc, b->frame, (int) s->render, log_clean(s->mem.proof));
+		return true;
+	}
+	log_event("warning", "proc=%" PRId64 " message=\"the kernel OOM-killed part of the render, which is not reported as an OOM: it %s\" proof=\"%s\"",
+			  b->proc, failed ? "was killed for another reason first" : "succeeded all the same",
+			  log_clean(s->mem.proof));
+	return false;
+}
+
+/*
  * If the render has ended, write its result and exit.  Only the render is
- * waited for; whatever it left behind in its group is killed with it, so
- * that nothing of a finished frame runs on unsupervised.
+ * waited for (orphans the supervisor adopted are reaped and forgotten);
+ * whatever the render left behind in its group, and in its cgroup, is
+ * killed with it, so that nothing of a finished frame runs on
+ * unsupervised.
  */
 static void
-reap_render(const struct supervisor *s)
+reap_render(struct supervisor *s)
 {
 	int			status;
 	struct rusage ru;
@@ -340,14 +407,57 @@ reap_render(const struct supervisor *s)
 
 	while ((w = wait4(-1, &status, WNOHANG, &ru)) > 0)
 	{
+		bool		failed,
+					oom;
+		int64_t		peak;
+
 		if (w != s->render)
 			continue;
 		group_signal(s->render, s->me, SIGKILL);
+		failed = WIFSIGNALED(status) || WEXITSTATUS(status) != 0;
+		peak = memwatch_peak(&s->mem, (int64_t) ru.ru_maxrss * 1024);
+		oom = s->killed_by == KILLED_MEMORY || kernel_oom(s, failed);
+		memwatch_release(&s->mem);
 		if (WIFSIGNALED(status))
-			finish(s->l, 128 + WTERMSIG(status), WTERMSIG(status),
-				   (int64_t) ru.ru_maxrss * 1024, s->killed_by);
-		finish(s->l, WEXITSTATUS(status), 0, (int64_t) ru.ru_maxrss * 1024, s->killed_by);
+			finish(s->l, 128 + WTERMSIG(status), WTERMSIG(status), peak, s->killed_by, oom);
+		finish(s->l, WEXITSTATUS(status), 0, peak, s->killed_by, oom);
 	}
+}
+
+/*
+ * Measure the tree when a sample is due, and kill it at once if it uses
+ * more than its limit.  A render already being killed for another reason
+ * keeps that reason (and is not reported as an OOM), but its tree is
+ * SIGKILLed all the same.  Returns when the next sample is due.
+ */
+static int64_t
+watch_memory(struct supervisor *s, int64_t now)
+{
+	const struct booking *b = s->l->b;
+	int64_t		used;
+
+	if (now < s->next_sample)
+		return s->next_sample;
+	s->next_sample = now + MEMORY_SAMPLE_NS;
+	used = memwatch_sample(&s->mem);
+	if (s->memory_limit < 0 || used <= s->memory_limit || s->memory_killed ||
+		render_exited(s->render))
+		return s->next_sample;
+	if (s->killed_by == KILLED_NONE)
+	{
+		s->killed_by = KILLED_MEMORY;
+		log_event("oom", "proc=%" PRId64 " frame=%" PRId64 " pid=%d by=agent proof=\"the tree used %" PRId64 " bytes, more than its booking (%" PRId64 ") plus the host's unbooked memory (%" PRId64 ")\"",
+				  b->proc, b->frame, (int) s->render, used, b->memory,
+				  s->memory_limit - b->memory);
+	}
+	else
+		log_event("warning", "proc=%" PRId64 " message=\"the tree used %" PRId64 " bytes, more than its limit (%" PRId64 "), while being killed (%s): SIGKILL\"",
+				  b->proc, used, s->memory_limit, killed_by_name(s->killed_by));
+	memwatch_kill_tree(&s->mem);
+	s->memory_killed = true;
+	s->term_sent = true;
+	s->kill_sent = true;
+	return s->next_sample;
 }
 
 /*
@@ -474,6 +584,8 @@ supervisor_main(const struct launch *l, int pipe_fd)
 	/* a session of its own: the agent's group, stop or death leave it alone */
 	setsid();
 	s.me = getpid();
+	/* the render's orphans become ours, so they stay in the measured tree */
+	prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 	open_event_fds(&s);
 	wait_for_go(&s);
 	logfd = open_run_log(l, path, sizeof(path));
@@ -483,12 +595,16 @@ supervisor_main(const struct launch *l, int pipe_fd)
 	for (;;)
 	{
 		int64_t		now,
-					wake;
+					wake,
+					sample;
 
 		read_deadlines(&s);
 		reap_render(&s);
 		now = lease_clock_ns();
+		sample = watch_memory(&s, now);
 		wake = fence(&s, now);
+		if (wake < 0 || sample < wake)
+			wake = sample;
 		sleep_until(&s, wake, now);
 		take_kill_requests(&s);
 	}

@@ -11,7 +11,7 @@ rc=$?
 missing=""
 for o in conninfo host token-file cores memory gpus tags state-dir log-dir kill-grace \
 	max-frames kill-on-term finish-on-term work-dir config reserve-interval fault-drop-reports \
-	help version; do
+	enforce-memory no-enforce-memory help version; do
 	grep -q -- "--$o\b" <<<"$help" || missing+=" --$o"
 	if [[ $o != help && $o != version ]]; then
 		env=FRAMEQ_$(tr 'a-z-' 'A-Z_' <<<"$o")
@@ -82,24 +82,26 @@ grep -q " attached " "$T/once.log" && ok "the example config file is accepted" |
 	fail "example config: $(cat "$T/once.log")"
 
 # ---- precedence: flag > environment > file
-printf '# test\nmax-frames = 1\nmemory = 8GB\nkill_on_term = yes\ntags = "from,file"\n' >"$T/a.conf"
+printf '# test\nmax-frames = 1\nmemory = 8GB\nkill_on_term = yes\ntags = "from,file"\nno-enforce-memory = yes\n' >"$T/a.conf"
 start_agent a --config "$T/a.conf"
 wait_for 10 "agent started" agent_log_has a " attached " || finish
 grep -q " resources .*offered_memory=8589934592 .*max_frames=1 tags=from,file" "$T/a.log" &&
-	grep -q " start .*on_term=kill" "$T/a.log" &&
-	ok "the config file is read" || fail "config file: $(grep -E ' (start|resources) ' "$T/a.log")"
+	grep -q " start .*on_term=kill" "$T/a.log" && grep -q " memory .*enforce=no" "$T/a.log" &&
+	ok "the config file is read" || fail "config file: $(grep -E ' (start|resources|memory) ' "$T/a.log")"
 stop_agent a
 : >"$T/a.log"
-FRAMEQ_MAX_FRAMES=2 FRAMEQ_TAGS=from,env start_agent a --config "$T/a.conf"
+FRAMEQ_MAX_FRAMES=2 FRAMEQ_TAGS=from,env FRAMEQ_ENFORCE_MEMORY=yes start_agent a --config "$T/a.conf"
 wait_for 10 "agent started" agent_log_has a " attached " || finish
-grep -q " resources .*max_frames=2 tags=from,env" "$T/a.log" && ok "the environment beats the config file" ||
-	fail "env vs file: $(grep ' resources ' "$T/a.log")"
+grep -q " resources .*max_frames=2 tags=from,env" "$T/a.log" && grep -q " memory .*enforce=yes" "$T/a.log" &&
+	ok "the environment beats the config file" ||
+	fail "env vs file: $(grep -E ' (resources|memory) ' "$T/a.log")"
 stop_agent a
 : >"$T/a.log"
-FRAMEQ_MAX_FRAMES=2 start_agent a --config "$T/a.conf" --max-frames 3
+FRAMEQ_MAX_FRAMES=2 FRAMEQ_ENFORCE_MEMORY=yes start_agent a --config "$T/a.conf" --max-frames 3 --no-enforce-memory
 wait_for 10 "agent started" agent_log_has a " attached " || finish
-grep -q " resources .*max_frames=3" "$T/a.log" && ok "the command line beats the environment" ||
-	fail "flag vs env: $(grep ' resources ' "$T/a.log")"
+grep -q " resources .*max_frames=3" "$T/a.log" && grep -q " memory .*enforce=no" "$T/a.log" &&
+	ok "the command line beats the environment" ||
+	fail "flag vs env: $(grep -E ' (resources|memory) ' "$T/a.log")"
 stop_agent a
 
 # ---- SIGHUP: max-frames 1 -> 3 on a running agent (host has 4 cores)

@@ -17,8 +17,9 @@
 #  4. frameq 0.1.0 (CREATE EXTENSION frameq VERSION '0.1.0'): the agent exits
 #     3 and says to run ALTER EXTENSION frameq UPDATE.
 #  5. frameq 0.2.0: the agent attaches (reserve is refused by this server's
-#     library until the update); after ALTER EXTENSION frameq UPDATE it
-#     books and runs a frame without a restart.
+#     library until the update) and heartbeats without a report (0.5.0's);
+#     after ALTER EXTENSION frameq UPDATE it books and runs a frame without
+#     a restart.
 #  6. The version is read again before every attach, not only on connect:
 #     with extversion set to 0.1.0 and the host confirmed dead, the agent's
 #     next heartbeat loses the lease, and on the same connection it refuses
@@ -111,6 +112,9 @@ start_agent d
 wait_for 20 "d attaches at 0.2.0" grep -qs ' attached ' "$T/d.log" &&
 	agent_log_has d ' connected .* frameq=0.2.0' && ok "at 0.2.0 the agent attaches"
 agent_log_has d ' version-refused ' && fail "0.2.0 was refused: $(grep ' version-refused ' "$T/d.log")"
+wait_for 10 "d renews its lease at 0.2.0" agent_log_has d ' lease-renewed ' &&
+	agent_log_has d ' lease-renewed .* reports=not-sent ' && ok "at 0.2.0 heartbeats carry no report" ||
+	fail "at 0.2.0: $(grep -m1 ' lease-renewed ' "$T/d.log")"
 job=$(submit_job after-update 1 "true") || die "submit failed"
 q "ALTER EXTENSION frameq UPDATE" >/dev/null
 [[ $(version) == "$CUR" ]] || fail "the update went to $(version)"
