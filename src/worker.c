@@ -281,7 +281,11 @@ worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now)
 			result = run_step("SELECT frameq._send_kills($1)", 1, types, args);
 		}
 		else if (step == STEP_FINISH_JOBS)
+		{
+			/* what releases left to the worker: jobs' finishes, jobs' limits */
 			result = run_step("SELECT frameq._finish_checked_jobs()", 0, NULL, NULL);
+			(void) run_step("SELECT frameq._settle_job_limits()", 0, NULL, NULL);
+		}
 		else
 		{
 			/*
@@ -343,7 +347,7 @@ worker_step_guarded(WorkerStep step, TimestampTz leases_since, TimestampTz now,
 
 /*
  * One round: re-arm after start or a clock jump, expire, send, and settle
- * the jobs whose finish was left to us.  Returns
+ * the jobs whose finish or limits on failure were left to us.  Returns
  * whether a wanted re-arm is done (if not, the next round tries again;
  * expiry need not wait for it: a start or a clock jump also moved
  * leases_since, before which no lease counts).

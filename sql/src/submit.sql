@@ -312,6 +312,8 @@ DECLARE
 	auto_eat bool;
 	max_cc int;
 	max_gpus int;
+	host_failure_limit int;
+	max_dead_frames int;
 	paused bool;
 	layers jsonb;
 	layer jsonb;
@@ -358,7 +360,8 @@ BEGIN
 		PERFORM frameq._too_big('spec', 'more than 64 MB');
 	END IF;
 	PERFORM frameq._spec_unknown(spec, ARRAY['show', 'folder', 'name', 'priority',
-		'max_retries', 'auto_eat', 'max_cores', 'max_gpus', 'paused', 'layers', 'after_jobs'], 'spec');
+		'max_retries', 'auto_eat', 'max_cores', 'max_gpus', 'paused', 'layers', 'after_jobs',
+		'host_failure_limit', 'max_dead_frames'], 'spec');
 
 	v := frameq._spec_value(spec, 'show', 'spec', 'string');
 	IF v IS NULL THEN
@@ -393,6 +396,9 @@ BEGIN
 	max_cc := frameq._cc(frameq._spec_value(spec, 'max_cores', 'spec', 'number')::numeric,
 						 'spec.max_cores');
 	max_gpus := frameq._spec_int(spec, 'max_gpus', 'spec', NULL, 0, 100000);
+	/* absent: NULL, the default (src/limits.c) */
+	host_failure_limit := frameq._spec_int(spec, 'host_failure_limit', 'spec', NULL, 0, 1000);
+	max_dead_frames := frameq._spec_int(spec, 'max_dead_frames', 'spec', NULL, 1, 1000000);
 	after_jobs := frameq._spec_after_jobs(spec);
 
 	layers := frameq._spec_value(spec, 'layers', 'spec', 'array');
@@ -510,9 +516,10 @@ BEGIN
 
 	/* everything checked: write */
 	INSERT INTO frameq.job AS j (show, folder, name, priority, max_retries, auto_eat,
-							max_cc, max_gpus, state)
+							max_cc, max_gpus, state, host_failure_limit, max_dead_frames)
 	VALUES (show_id, folder_id, job_name, priority, max_retries, auto_eat,
-			max_cc, max_gpus, CASE WHEN paused THEN 'paused' ELSE 'active' END)
+			max_cc, max_gpus, CASE WHEN paused THEN 'paused' ELSE 'active' END,
+			host_failure_limit, max_dead_frames)
 	RETURNING j.id INTO job_id;
 
 	unmet_jobs := frameq._submit_job_depends(job_id, after_jobs);
@@ -598,6 +605,8 @@ BEGIN
 						ELSE coalesce(set_job.max_gpus, x.max_gpus) END,
 		state = CASE WHEN set_job.paused IS NULL THEN x.state
 					 WHEN set_job.paused THEN 'paused' ELSE 'active' END,
+		/* the job's own reason for a pause goes with any pause or resume */
+		paused_reason = CASE WHEN set_job.paused IS NULL THEN x.paused_reason END,
 		caps_changed_at = CASE WHEN caps_changed THEN clock_timestamp() ELSE x.caps_changed_at END
 	 WHERE x.id = set_job.job
 	RETURNING * INTO j;
