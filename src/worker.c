@@ -217,6 +217,7 @@ typedef enum WorkerStep
 	STEP_EXPIRE,
 	STEP_SEND_KILLS,
 	STEP_FINISH_JOBS,
+	STEP_SETTLE_LIMITS,
 	STEP_REQUEUE
 } WorkerStep;
 
@@ -281,11 +282,9 @@ worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now)
 			result = run_step("SELECT frameq._send_kills($1)", 1, types, args);
 		}
 		else if (step == STEP_FINISH_JOBS)
-		{
-			/* what releases left to the worker: jobs' finishes, jobs' limits */
 			result = run_step("SELECT frameq._finish_checked_jobs()", 0, NULL, NULL);
-			(void) run_step("SELECT frameq._settle_job_limits()", 0, NULL, NULL);
-		}
+		else if (step == STEP_SETTLE_LIMITS)
+			result = run_step("SELECT frameq._settle_job_limits()", 0, NULL, NULL);
 		else
 		{
 			/*
@@ -359,6 +358,7 @@ worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire)
 	int64		sent = 0;
 	int64		rearmed = 0;
 	int64		finished = 0;
+	int64		settled = 0;
 	int64		requeued = 0;
 	bool		rearm_done = true;
 
@@ -368,6 +368,7 @@ worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire)
 		(void) worker_step_guarded(STEP_EXPIRE, leases_since, now, &expired);
 	(void) worker_step_guarded(STEP_SEND_KILLS, leases_since, now, &sent);
 	(void) worker_step_guarded(STEP_FINISH_JOBS, leases_since, now, &finished);
+	(void) worker_step_guarded(STEP_SETTLE_LIMITS, leases_since, now, &settled);
 	(void) worker_step_guarded(STEP_REQUEUE, leases_since, now, &requeued);
 
 	if (expired > 0)
