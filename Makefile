@@ -7,6 +7,7 @@ OBJS = \
 	src/guc.o \
 	src/ledger.o \
 	src/lease.o \
+	src/limits.o \
 	src/booking.o \
 	src/depends.o \
 	src/dispatch.o \

@@ -1056,6 +1056,7 @@ typedef struct QueueRow
 	int32		min_cc;
 	int32		gpus;
 	bool		fresh;			/* the job is active, at the row's priority */
+	bool		blocks;			/* some host may be blocked for the job (limits.c) */
 	JobCandidate caps;			/* the job's id, folder and caps (no name) */
 } QueueRow;
 
@@ -1106,7 +1107,7 @@ typedef struct Streams
 	"q.ctid, q.priority, q.job, q.dispatch_order, q.layer, q.min_cc, q.gpus," \
 	" coalesce(j.state = 'active' AND j.priority = q.priority, false)," \
 	" j.folder, coalesce(j.max_cc, -1), coalesce(j.max_gpus, -1)," \
-	" coalesce(f.max_cc, -1), coalesce(f.max_gpus, -1)"
+	" coalesce(f.max_cc, -1), coalesce(f.max_gpus, -1), coalesce(j.host_blocks, false)"
 #define STREAM_ROOM \
 	" AND q.min_cc <= $6 AND q.memory <= $7 AND q.gpus <= $8 AND q.gpu_memory <= $9"
 #define STREAM_ORDER " ORDER BY q.priority DESC, q.job, q.dispatch_order, q.layer"
@@ -1186,6 +1187,7 @@ read_row(HeapTuple tup, TupleDesc desc, int first, QueueRow *r)
 	r->caps.job_cap_gpus = frameq_get_int32(tup, desc, first + 10, NULL);
 	r->caps.folder_cap_cc = frameq_get_int32(tup, desc, first + 11, NULL);
 	r->caps.folder_cap_gpus = frameq_get_int32(tup, desc, first + 12, NULL);
+	r->blocks = frameq_get_bool(tup, desc, first + 13, NULL);
 }
 
 /* the stream of this key, added if it is new */
@@ -1520,11 +1522,43 @@ frameq_parked_over_cap(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Is this host blocked for the job (host_failure_limit, limits.c)?  Asked
+ * only of a job whose row carries the host_blocks mark, once per job a
+ * call meets: one key probe of frameq.job_host_failure.
+ */
+static bool
+host_blocked(const ReserveState *st, int64 job)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[2];
+	bool		blocked;
+
+	if (plan == NULL)
+	{
+		Oid			types[2] = {INT8OID, INT4OID};
+
+		plan = frameq_prepare("SELECT 1 FROM frameq.job_host_failure"
+							  " WHERE job = $1 AND host = $2 AND blocked_at IS NOT NULL",
+							  2, types);
+	}
+	args[0] = Int64GetDatum(job);
+	args[1] = Int32GetDatum(st->host.id);
+	if (SPI_execute_plan(plan, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "frameq: host block lookup failed");
+	blocked = SPI_processed > 0;
+	SPI_freetuptable(SPI_tuptable);
+	return blocked;
+}
+
+/*
  * Walk one show's candidate layers in policy order and book from each.
  * Rows of jobs that are not active or have another priority now are stale:
  * skipped and tidied.  A row over its job's or folder's cap is skipped and,
  * if the cap's entry could be parked, tidied; a job whose charge fails is
- * skipped; a show at its burst ends the walk.
+ * skipped; a show at its burst ends the walk.  The rows of a job this
+ * host is blocked for are skipped and stay in the queue, for other hosts;
+ * whether it is blocked is asked only of a job whose row says some host
+ * may be, so for every other job it costs nothing.
  * *jobs_left (frameq.max_jobs_examined) counts only jobs that had a frame
  * to take: jobs with nothing waiting, that the host cannot run or that are
  * at a cap never count, so they can never stop a call that would book.  A
@@ -1543,6 +1577,7 @@ book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tid
 	bool		job_counted = false;
 	int32		job_priority = 0;
 	int64		skip_job = 0;
+	int64		unblocked_job = 0;	/* a marked job this host is not blocked for */
 	QueueRow	prev = {0};
 	QueueRow	r;
 
@@ -1578,6 +1613,15 @@ book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tid
 				continue;
 			case CAPS_OVER:
 				continue;
+		}
+		if (r.blocks && r.job != unblocked_job)
+		{
+			if (host_blocked(st, r.job))
+			{
+				skip_job = r.job;
+				continue;
+			}
+			unblocked_job = r.job;
 		}
 		if (!have_job || job.id != r.job)
 		{

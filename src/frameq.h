@@ -293,6 +293,10 @@ typedef struct ReleaseContext
 } ReleaseContext;
 
 extern void frameq_release_with(const ReleaseContext *ctx);
+extern bool frameq_lock_job_row(int64 job);
+
+/* limits.c */
+extern void frameq_count_host_failure(int64 job, int32 host, TimestampTz ended_at);
 
 /* booking.c: charges taken by reserve() that the insert trigger adopts */
 extern bool frameq_adopt_precharge(int64 proc);

@@ -11,7 +11,8 @@
  *			take the host's free capacity with a guarded update, open the
  *			run record;
  *	delete: release the caps (applied when the transaction commits), give
- *			the host its capacity back, close the run record, move the
+ *			the host its capacity back, close the run record, count a
+ *			failed run against its host for the job (limits.c), move the
  *			frame to its next state, finish the job if nothing of it is
  *			left, and send one frameq_release notification.
  *
@@ -38,6 +39,7 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
 #include "frameq.h"
@@ -529,6 +531,60 @@ frameq_proc_after_insert(PG_FUNCTION_ARGS)
 	return PointerGetDatum(NULL);
 }
 
+/* a job row lock, as frameq_bounded_wait runs it */
+typedef struct JobRowLock
+{
+	SPIPlanPtr	plan;
+	Datum	   *args;
+} JobRowLock;
+
+static void
+lock_job_row(void *arg)
+{
+	JobRowLock *l = (JobRowLock *) arg;
+
+	if (SPI_execute_plan(l->plan, l->args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "frameq: job lock failed");
+}
+
+/*
+ * Take the job's row (FOR NO KEY UPDATE) for this transaction, waiting at
+ * most frameq.lock_wait; false if another session kept it longer.  One of
+ * frameq's own holders is done long before, so such a session is a role
+ * holding its transaction open (a host's agent after its own complete(), a
+ * submitter after set_job()), and a release must not wait for it: the
+ * caller leaves what needed the row to the background worker.  The row
+ * free, as it nearly always is, costs one try and no subtransaction.  SPI
+ * connected.
+ */
+bool
+frameq_lock_job_row(int64 job)
+{
+	static SPIPlanPtr try_plan = NULL;
+	static SPIPlanPtr lock_plan = NULL;
+	Datum		args[1];
+	JobRowLock	lock;
+
+	if (try_plan == NULL)
+	{
+		Oid			types[1] = {INT8OID};
+
+		try_plan = frameq_prepare("SELECT 1 FROM frameq.job WHERE id = $1"
+								  "   FOR NO KEY UPDATE SKIP LOCKED",
+								  1, types);
+		lock_plan = frameq_prepare("SELECT 1 FROM frameq.job WHERE id = $1 FOR NO KEY UPDATE",
+								   1, types);
+	}
+	args[0] = Int64GetDatum(job);
+	if (SPI_execute_plan(try_plan, args, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "frameq: job lock failed");
+	if (SPI_processed > 0)
+		return true;
+	lock.plan = lock_plan;
+	lock.args = args;
+	return frameq_bounded_wait(lock_job_row, &lock, frameq_lock_wait);
+}
+
 /*
  * The frame's job may be finished now.  If another of its frames is
  * waiting, it is not (whoever changes a waiting frame other than by
@@ -551,33 +607,14 @@ frameq_proc_after_insert(PG_FUNCTION_ARGS)
  * that stopped at its first match: past every row stored before the job's
  * (5 ms a complete() with 30,000 rows ahead).
  */
-/* the job row lock of maybe_finish_job, as frameq_bounded_wait runs it */
-typedef struct JobRowLock
-{
-	SPIPlanPtr	plan;
-	Datum	   *args;
-} JobRowLock;
-
-static void
-lock_job_row(void *arg)
-{
-	JobRowLock *l = (JobRowLock *) arg;
-
-	if (SPI_execute_plan(l->plan, l->args, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "frameq: job lock failed");
-}
-
 static void
 maybe_finish_job(int64 job)
 {
 	static SPIPlanPtr live_plan = NULL;
-	static SPIPlanPtr try_plan = NULL;
-	static SPIPlanPtr lock_plan = NULL;
 	static SPIPlanPtr finish_plan = NULL;
 	static SPIPlanPtr defer_plan = NULL;
 	Datum		args[1];
 	bool		waiting;
-	JobRowLock	lock;
 
 	if (live_plan == NULL)
 	{
@@ -591,11 +628,6 @@ maybe_finish_job(int64 job)
 								   "                 WHERE job = $1 AND state IN ('waiting', 'depend', 'running')"
 								   "                 ORDER BY state DESC LIMIT 1) AS high) s",
 								   1, types);
-		try_plan = frameq_prepare("SELECT 1 FROM frameq.job WHERE id = $1"
-								  "   FOR NO KEY UPDATE SKIP LOCKED",
-								  1, types);
-		lock_plan = frameq_prepare("SELECT 1 FROM frameq.job WHERE id = $1 FOR NO KEY UPDATE",
-								   1, types);
 		finish_plan = frameq_prepare("UPDATE frameq.job"
 									 "   SET state = 'finished', finished_at = clock_timestamp()"
 									 " WHERE id = $1 AND state IN ('active', 'paused')",
@@ -607,20 +639,13 @@ maybe_finish_job(int64 job)
 	waiting = frameq_get_bool(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, NULL);
 	if (waiting)
 		return;
-	/* the row free, as it nearly always is: no subtransaction needed */
-	if (SPI_execute_plan(try_plan, args, NULL, false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "frameq: job lock failed");
-	lock.plan = lock_plan;
-	lock.args = args;
-	if (SPI_processed == 0 && !frameq_bounded_wait(lock_job_row, &lock, frameq_lock_wait))
+	if (!frameq_lock_job_row(job))
 	{
 		/*
-		 * Another session has kept the job row past frameq.lock_wait: one
-		 * of frameq's own holders is done long before, so this is a role
-		 * holding its transaction open (a host's agent after its own
-		 * complete(), a submitter after set_job()).  Do not let it hold up
-		 * this release: leave the question to the background worker, which
-		 * asks it again each round until it gets the lock.
+		 * Another session has kept the job row past frameq.lock_wait: do
+		 * not let it hold up this release; leave the question to the
+		 * background worker, which asks it again each round until it gets
+		 * the lock.
 		 */
 		if (defer_plan == NULL)
 		{
@@ -714,14 +739,18 @@ requeue_parked(const LedgerItem *items, int nitems, uint32 parked)
 	}
 }
 
-/* close the proc's run record: when, how the render ended, why, and where the frame went */
-static void
+/*
+ * Close the proc's run record: when, how the render ended, why, and where
+ * the frame went.  Returns when it ended.
+ */
+static TimestampTz
 close_run(const ProcRow *p, const ReleaseContext *ctx)
 {
 	static SPIPlanPtr plan = NULL;
 	Datum		args[7];
 	char		nulls[7];
 	int			ret;
+	bool		isnull;
 
 	if (plan == NULL)
 	{
@@ -732,7 +761,8 @@ close_run(const ProcRow *p, const ReleaseContext *ctx)
 							  "   SET ended_at = clock_timestamp(), exit_status = $2,"
 							  "       exit_signal = $3, max_rss = $4, reason = $5,"
 							  "       kill_reason = $6, end_state = $7"
-							  " WHERE proc = $1 AND ended_at IS NULL",
+							  " WHERE proc = $1 AND ended_at IS NULL"
+							  " RETURNING ended_at",
 							  7, types);
 	}
 	memset(nulls, ' ', sizeof(nulls));
@@ -750,10 +780,12 @@ close_run(const ProcRow *p, const ReleaseContext *ctx)
 		nulls[5] = 'n';
 	args[6] = CStringGetTextDatum(ctx->new_state);
 	ret = SPI_execute_plan(plan, args, nulls, false, 0);
-	if (ret != SPI_OK_UPDATE)
+	if (ret != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "frameq: run record close failed: %s", SPI_result_code_string(ret));
 	if (SPI_processed != 1)
 		elog(ERROR, "frameq: proc %lld has no open run record", (long long) p->id);
+	return DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+											 &isnull));
 }
 
 /*
@@ -797,6 +829,26 @@ release_frame(const ProcRow *p, const ReleaseContext *ctx)
 }
 
 /*
+ * Does this run's end count against its host for its job
+ * (host_failure_limit, limits.c)?  A failure the render reported
+ * (complete(): a non-zero exit status or a signal, with no kill order
+ * pending, which uses up a retry), and the ends frameq gives a render that
+ * misbehaved: timeout, stalled, oom.  Ends that are no fault of the render
+ * on that host (killed, host_lost, host_rebooted, lost_by_agent, operator)
+ * do not count.  An exit status that asks for a requeue is not the
+ * frame's failure either and uses up no retry: the test below on
+ * count_retry is the one place that must leave it out.
+ */
+static bool
+counts_against_host(const ReleaseContext *ctx)
+{
+	if (strcmp(ctx->reason, "completed") == 0)
+		return (ctx->exit_status != 0 || ctx->exit_signal != 0) && ctx->count_retry;
+	return strcmp(ctx->reason, "timeout") == 0 || strcmp(ctx->reason, "stalled") == 0 ||
+		strcmp(ctx->reason, "oom") == 0;
+}
+
+/*
  * Where a released frame goes when the releaser does not say (a host-wide
  * release, a bare DELETE): where its kill order wanted it, if it was being
  * killed, else back to waiting.  The one place this rule lives.
@@ -818,6 +870,7 @@ frameq_proc_after_delete(PG_FUNCTION_ARGS)
 	int			nitems;
 	uint32		parked;
 	ReleaseContext ctx;
+	TimestampTz ended_at;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		elog(ERROR, "frameq_proc_after_delete: not called by trigger manager");
@@ -860,7 +913,10 @@ frameq_proc_after_delete(PG_FUNCTION_ARGS)
 
 	/* the host gets its room back: a release's first write after the proc */
 	move_host_room(p.host, &p.room, false);
-	close_run(&p, &ctx);
+	ended_at = close_run(&p, &ctx);
+	/* the job's failure count on the host, before the frame (lock order) */
+	if (counts_against_host(&ctx))
+		frameq_count_host_failure(p.job, p.host, ended_at);
 	release_frame(&p, &ctx);
 	if (state_is_terminal(ctx.new_state))
 		maybe_finish_job(p.job);

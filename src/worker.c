@@ -227,6 +227,7 @@ typedef enum WorkerStep
 	STEP_TIME_OUT,
 	STEP_SEND_KILLS,
 	STEP_FINISH_JOBS,
+	STEP_SETTLE_LIMITS,
 	STEP_REQUEUE
 } WorkerStep;
 
@@ -307,6 +308,8 @@ worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now, int64 ju
 		}
 		else if (step == STEP_FINISH_JOBS)
 			result = run_step("SELECT frameq._finish_checked_jobs()", 0, NULL, NULL);
+		else if (step == STEP_SETTLE_LIMITS)
+			result = run_step("SELECT frameq._settle_job_limits()", 0, NULL, NULL);
 		else
 		{
 			/*
@@ -369,11 +372,12 @@ worker_step_guarded(WorkerStep step, TimestampTz leases_since, TimestampTz now,
 /*
  * One round: re-arm after start or a clock jump, move the deadlines by a
  * jump (*jump microseconds, zeroed once done), expire, time out, send,
- * and settle the jobs whose finish was left to us.  Returns whether a
- * wanted re-arm is done (if not, the next round tries again; expiry need
- * not wait for it: a start or a clock jump also moved leases_since,
- * before which no lease counts).  Timeouts wait for the deadlines to have
- * moved: until then a forward jump would make them look due.
+ * and settle the jobs whose finish or limits on failure were left to us.
+ * Returns whether a wanted re-arm is done (if not, the next round tries
+ * again; expiry need not wait for it: a start or a clock jump also moved
+ * leases_since, before which no lease counts).  Timeouts wait for the
+ * deadlines to have moved: until then a forward jump would make them look
+ * due.
  */
 static bool
 worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire,
@@ -385,6 +389,7 @@ worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire,
 	int64		shifted = 0;
 	int64		timed_out = 0;
 	int64		finished = 0;
+	int64		settled = 0;
 	int64		requeued = 0;
 	bool		rearm_done = true;
 
@@ -399,6 +404,7 @@ worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire,
 		(void) worker_step_guarded(STEP_TIME_OUT, leases_since, now, 0, &timed_out);
 	(void) worker_step_guarded(STEP_SEND_KILLS, leases_since, now, 0, &sent);
 	(void) worker_step_guarded(STEP_FINISH_JOBS, leases_since, now, 0, &finished);
+	(void) worker_step_guarded(STEP_SETTLE_LIMITS, leases_since, now, 0, &settled);
 	(void) worker_step_guarded(STEP_REQUEUE, leases_since, now, 0, &requeued);
 
 	if (expired > 0)

@@ -61,6 +61,30 @@ CREATE FUNCTION frameq._failed_state(frame bigint) RETURNS text
 	AS 'MODULE_PATHNAME', 'frameq_failed_state' LANGUAGE C STABLE STRICT
 	SET search_path = pg_catalog, pg_temp;
 
+CREATE FUNCTION frameq._default_host_failure_limit() RETURNS int
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 3 $$;
+
+CREATE FUNCTION frameq._job_blocks_mark(job bigint) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	UPDATE frameq.job j SET host_blocks = b.blocked
+	  FROM (SELECT EXISTS (SELECT 1 FROM frameq.job_host_failure f
+							WHERE f.job = _job_blocks_mark.job AND f.blocked_at IS NOT NULL)
+				   AS blocked) b
+	 WHERE j.id = _job_blocks_mark.job AND j.host_blocks IS DISTINCT FROM b.blocked
+$$;
+
+CREATE FUNCTION frameq._task_died() RETURNS trigger
+	AS 'MODULE_PATHNAME', 'frameq_task_died' LANGUAGE C
+	SET search_path = pg_catalog, pg_temp;
+
+CREATE TRIGGER frame_task_died AFTER UPDATE OF state ON frameq.frame
+	FOR EACH ROW WHEN (NEW.state = 'dead' AND OLD.state IS DISTINCT FROM 'dead')
+	EXECUTE FUNCTION frameq._task_died();
+
+CREATE FUNCTION frameq._pause_for_dead(job bigint) RETURNS bool
+	AS 'MODULE_PATHNAME', 'frameq_pause_for_dead' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
+
 CREATE FUNCTION frameq._hold_job(job bigint) RETURNS boolean
 	AS 'MODULE_PATHNAME', 'frameq_hold_job_sql' LANGUAGE C VOLATILE STRICT
 	SET search_path = pg_catalog, pg_temp;
@@ -210,6 +234,8 @@ DECLARE
 	auto_eat bool;
 	max_cc int;
 	max_gpus int;
+	host_failure_limit int;
+	max_dead_frames int;
 	paused bool;
 	timeout int;
 	timeout_no_output int;
@@ -262,7 +288,7 @@ BEGIN
 	END IF;
 	PERFORM frameq._spec_unknown(spec, ARRAY['show', 'folder', 'name', 'priority',
 		'max_retries', 'auto_eat', 'max_cores', 'max_gpus', 'paused', 'layers', 'after_jobs',
-		'timeout', 'timeout_no_output'], 'spec');
+		'timeout', 'timeout_no_output', 'host_failure_limit', 'max_dead_frames'], 'spec');
 
 	v := frameq._spec_value(spec, 'show', 'spec', 'string');
 	IF v IS NULL THEN
@@ -297,6 +323,9 @@ BEGIN
 	max_cc := frameq._cc(frameq._spec_value(spec, 'max_cores', 'spec', 'number')::numeric,
 						 'spec.max_cores');
 	max_gpus := frameq._spec_int(spec, 'max_gpus', 'spec', NULL, 0, 100000);
+	/* absent: NULL, the default (src/limits.c) */
+	host_failure_limit := frameq._spec_int(spec, 'host_failure_limit', 'spec', NULL, 0, 1000);
+	max_dead_frames := frameq._spec_int(spec, 'max_dead_frames', 'spec', NULL, 1, 1000000);
 	after_jobs := frameq._spec_after_jobs(spec);
 	timeout := frameq._duration(spec -> 'timeout', 'spec.timeout');
 	timeout_no_output := frameq._duration(spec -> 'timeout_no_output', 'spec.timeout_no_output');
@@ -421,10 +450,11 @@ BEGIN
 
 	/* everything checked: write */
 	INSERT INTO frameq.job AS j (show, folder, name, priority, max_retries, auto_eat,
-							max_cc, max_gpus, state, timeout, timeout_no_output)
+							max_cc, max_gpus, state, timeout, timeout_no_output,
+							host_failure_limit, max_dead_frames)
 	VALUES (show_id, folder_id, job_name, priority, max_retries, auto_eat,
 			max_cc, max_gpus, CASE WHEN paused THEN 'paused' ELSE 'active' END,
-			timeout, timeout_no_output)
+			timeout, timeout_no_output, host_failure_limit, max_dead_frames)
 	RETURNING j.id INTO job_id;
 
 	unmet_jobs := frameq._submit_job_depends(job_id, after_jobs);
@@ -468,6 +498,57 @@ BEGIN
 	END LOOP;
 	PERFORM frameq._announce_job_ready(job_id);
 	RETURN job_id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.set_job(job bigint, priority int DEFAULT NULL,
+							   max_cores numeric DEFAULT NULL, max_gpus int DEFAULT NULL,
+							   paused bool DEFAULT NULL, clear_caps bool DEFAULT false)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	j frameq.job;
+	cap_cc int := frameq._cc(max_cores, 'max_cores');
+	caps_changed bool := clear_caps OR max_cores IS NOT NULL OR max_gpus IS NOT NULL;
+	was_paused bool;
+BEGIN
+	PERFORM frameq._authorize_job(job);
+	PERFORM frameq._nonneg(max_gpus, 'max_gpus', 100000);
+	IF priority NOT BETWEEN -1000000 AND 1000000 THEN
+		RAISE EXCEPTION 'priority must be from -1000000 to 1000000, not %', priority
+			USING ERRCODE = CASE WHEN priority > 0 THEN 'program_limit_exceeded'
+								 ELSE 'invalid_parameter_value' END;
+	END IF;
+	PERFORM frameq._not_null(clear_caps, 'clear_caps');
+	SELECT * INTO j FROM frameq.job x WHERE x.id = frameq._not_null(set_job.job, 'job')
+	   FOR NO KEY UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	was_paused := j.state = 'paused';
+	IF paused IS NOT NULL AND j.state IN ('finished', 'killed') THEN
+		RAISE EXCEPTION 'job % is %: it cannot be paused or resumed', job, j.state
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	UPDATE frameq.job x SET
+		priority = coalesce(set_job.priority, x.priority),
+		max_cc = CASE WHEN clear_caps THEN cap_cc ELSE coalesce(cap_cc, x.max_cc) END,
+		max_gpus = CASE WHEN clear_caps THEN set_job.max_gpus
+						ELSE coalesce(set_job.max_gpus, x.max_gpus) END,
+		state = CASE WHEN set_job.paused IS NULL THEN x.state
+					 WHEN set_job.paused THEN 'paused' ELSE 'active' END,
+		/* the job's own reason for a pause goes with any pause or resume */
+		paused_reason = CASE WHEN set_job.paused IS NULL THEN x.paused_reason END,
+		caps_changed_at = CASE WHEN caps_changed THEN clock_timestamp() ELSE x.caps_changed_at END
+	 WHERE x.id = set_job.job
+	RETURNING * INTO j;
+	IF caps_changed THEN
+		PERFORM pg_notify('frameq_limit', json_build_object(
+			'kind', 'job', 'id', job, 'max_cores', j.max_cc / 100.0, 'max_gpus', j.max_gpus)::text);
+	END IF;
+	IF was_paused AND j.state = 'active' THEN
+		PERFORM frameq._announce_job_ready(j.id);
+	END IF;
 END
 $$;
 
@@ -632,6 +713,24 @@ BEGIN
 		   kill_cause = NULL
 	 WHERE x.id = _kill_order.proc;
 	RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION frameq.unblock_host(job bigint, host text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	h frameq.host;
+BEGIN
+	PERFORM frameq._authorize_job(frameq._not_null(unblock_host.job, 'job'));
+	IF NOT EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = unblock_host.job) THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	h := frameq._host_by_name(frameq._bounded(unblock_host.host, 'host', 100));
+	DELETE FROM frameq.job_host_failure f WHERE f.job = unblock_host.job AND f.host = h.id;
+	IF FOUND THEN
+		PERFORM 1 FROM frameq.job j WHERE j.id = unblock_host.job FOR NO KEY UPDATE;
+		PERFORM frameq._job_blocks_mark(unblock_host.job);
+	END IF;
 END
 $$;
 
@@ -1016,6 +1115,30 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 	SELECT pg_catalog.count(*) FROM s
 $$;
 
+CREATE FUNCTION frameq._settle_job_limits() RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	c record;
+	n bigint := 0;
+BEGIN
+	FOR c IN SELECT x.job, x.died, x.since FROM frameq.job_limit_check x ORDER BY x.job LOOP
+		BEGIN
+			/* the worker's lock_timeout (frameq.lock_wait) bounds this wait */
+			PERFORM 1 FROM frameq.job j WHERE j.id = c.job FOR NO KEY UPDATE;
+			PERFORM frameq._job_blocks_mark(c.job);
+			IF c.died THEN
+				PERFORM frameq._pause_for_dead(c.job);
+			END IF;
+			DELETE FROM frameq.job_limit_check x WHERE x.job = c.job AND x.since = c.since;
+			n := n + 1;
+		EXCEPTION WHEN lock_not_available THEN
+			RAISE LOG 'frameq worker: job % is still locked by another session; its limits are settled next round', c.job;
+		END;
+	END LOOP;
+	RETURN n;
+END
+$$;
+
 CREATE OR REPLACE VIEW frameq.frames AS
 SELECT f.id AS frame, f.job, f.layer, f.number AS frame_number, f.state, f.retries,
 	   f.attempts, p.id AS proc, h.name AS host, p.state AS proc_state,
@@ -1024,6 +1147,27 @@ SELECT f.id AS frame, f.job, f.layer, f.number AS frame_number, f.state, f.retri
   FROM frameq.frame f
   LEFT JOIN frameq.proc p ON p.frame = f.id
   LEFT JOIN frameq.host h ON h.id = p.host;
+
+CREATE OR REPLACE VIEW frameq.job_progress AS
+SELECT j.id AS job, j.name, j.state,
+	   count(f.id) AS total,
+	   count(f.id) FILTER (WHERE f.state = 'waiting') AS waiting,
+	   count(f.id) FILTER (WHERE f.state = 'depend') AS depend,
+	   count(f.id) FILTER (WHERE f.state = 'running') AS running,
+	   count(f.id) FILTER (WHERE f.state = 'succeeded') AS succeeded,
+	   count(f.id) FILTER (WHERE f.state = 'dead') AS dead,
+	   count(f.id) FILTER (WHERE f.state = 'eaten') AS eaten,
+	   count(f.id) + coalesce(sum(pg_catalog.cardinality(f.numbers) - 1), 0) AS frames_total,
+	   CASE WHEN j.state = 'paused' THEN coalesce(j.paused_reason, 'operator') END AS paused_reason
+  FROM frameq.job j
+  LEFT JOIN frameq.frame f ON f.job = j.id
+ GROUP BY j.id;
+
+CREATE OR REPLACE VIEW frameq.job_host_blocks AS
+SELECT b.job, h.name AS host, b.failures, b.blocked_at AS since
+  FROM frameq.job_host_failure b
+  JOIN frameq.host h ON h.id = b.host
+ WHERE b.blocked_at IS NOT NULL;
 
 CREATE OR REPLACE FUNCTION frameq.check() RETURNS TABLE (invariant text, detail text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -1251,12 +1395,58 @@ BEGIN
 	SELECT 'job state', format('job %s is finished but frame %s is %s', j.id, f.id, f.state)
 	  FROM frameq.job j JOIN frameq.frame f ON f.job = j.id
 	 WHERE j.state = 'finished' AND f.state IN ('waiting', 'depend', 'running');
+
+	/*
+	 * Host blocks (src/limits.c): a host is blocked for a job exactly when
+	 * its count of the job's failures has reached the job's limit; reserve()
+	 * sees every block (the job is marked, unless the worker has yet to
+	 * settle it: job_limit_check); and no count is above the failed runs
+	 * it can have counted: the job's runs on that host that ended since the
+	 * count began, completed with a non-zero exit status or a signal, or
+	 * ended timeout, stalled or oom.
+	 */
+	RETURN QUERY
+	SELECT 'host blocks', format('host %s has failed job %s %s times, its host_failure_limit is %s, but it is %s',
+								 h.name, b.job, b.failures, l.lim,
+								 CASE WHEN b.blocked_at IS NULL THEN 'not blocked' ELSE 'blocked' END)
+	  FROM frameq.job_host_failure b
+	  JOIN frameq.job j ON j.id = b.job
+	  JOIN frameq.host h ON h.id = b.host
+	 CROSS JOIN LATERAL (SELECT coalesce(j.host_failure_limit, frameq._default_host_failure_limit()) AS lim) l
+	 WHERE (b.blocked_at IS NULL) = (l.lim > 0 AND b.failures >= l.lim);
+
+	RETURN QUERY
+	SELECT 'host blocks', format('host %s is blocked for job %s, but the job is not marked: reserve() would book it there',
+								 h.name, b.job)
+	  FROM frameq.job_host_failure b
+	  JOIN frameq.job j ON j.id = b.job
+	  JOIN frameq.host h ON h.id = b.host
+	 WHERE b.blocked_at IS NOT NULL AND NOT j.host_blocks
+	   AND NOT EXISTS (SELECT 1 FROM frameq.job_limit_check c WHERE c.job = b.job);
+
+	RETURN QUERY
+	WITH failed AS (
+		SELECT r.job, r.host, r.ended_at FROM frameq.run r
+		 WHERE r.reason IN ('timeout', 'stalled', 'oom')
+			OR (r.reason = 'completed' AND (r.exit_status <> 0 OR r.exit_signal <> 0)))
+	SELECT 'host blocks', format('job %s counts %s failures on host %s since %s, but only %s of its runs there failed since',
+								 b.job, b.failures, h.name, b.counted_since, n.n)
+	  FROM frameq.job_host_failure b
+	  JOIN frameq.host h ON h.id = b.host
+	 CROSS JOIN LATERAL (SELECT count(*) AS n FROM failed x
+						  WHERE x.job = b.job AND x.host = b.host
+							AND x.ended_at >= b.counted_since) n
+	 WHERE b.failures > n.n;
 END
 $$;
 
 REVOKE ALL ON FUNCTION
 	frameq._duration(jsonb, text),
 	frameq._failed_state(bigint),
+	frameq._default_host_failure_limit(),
+	frameq._job_blocks_mark(bigint),
+	frameq._task_died(),
+	frameq._pause_for_dead(bigint),
 	frameq._hold_job(bigint),
 	frameq._claim_jobs(bigint[]),
 	frameq._lock_job(bigint),
@@ -1264,8 +1454,10 @@ REVOKE ALL ON FUNCTION
 	frameq._report_entries(jsonb),
 	frameq._take_report(int, bigint, jsonb),
 	frameq.heartbeat(text, text, bigint, bigint[], jsonb),
+	frameq.unblock_host(bigint, text),
 	frameq._frees_once(),
 	frameq._insert_tasks(bigint, bigint, text, int, bool, bool, bigint[], bool[]),
 	frameq._time_out(timestamptz),
-	frameq._shift_deadlines(interval)
+	frameq._shift_deadlines(interval),
+	frameq._settle_job_limits()
 	FROM PUBLIC;

@@ -250,5 +250,47 @@ BEGIN
 	SELECT 'job state', format('job %s is finished but frame %s is %s', j.id, f.id, f.state)
 	  FROM frameq.job j JOIN frameq.frame f ON f.job = j.id
 	 WHERE j.state = 'finished' AND f.state IN ('waiting', 'depend', 'running');
+
+	/*
+	 * Host blocks (src/limits.c): a host is blocked for a job exactly when
+	 * its count of the job's failures has reached the job's limit; reserve()
+	 * sees every block (the job is marked, unless the worker has yet to
+	 * settle it: job_limit_check); and no count is above the failed runs
+	 * it can have counted: the job's runs on that host that ended since the
+	 * count began, completed with a non-zero exit status or a signal, or
+	 * ended timeout, stalled or oom.
+	 */
+	RETURN QUERY
+	SELECT 'host blocks', format('host %s has failed job %s %s times, its host_failure_limit is %s, but it is %s',
+								 h.name, b.job, b.failures, l.lim,
+								 CASE WHEN b.blocked_at IS NULL THEN 'not blocked' ELSE 'blocked' END)
+	  FROM frameq.job_host_failure b
+	  JOIN frameq.job j ON j.id = b.job
+	  JOIN frameq.host h ON h.id = b.host
+	 CROSS JOIN LATERAL (SELECT coalesce(j.host_failure_limit, frameq._default_host_failure_limit()) AS lim) l
+	 WHERE (b.blocked_at IS NULL) = (l.lim > 0 AND b.failures >= l.lim);
+
+	RETURN QUERY
+	SELECT 'host blocks', format('host %s is blocked for job %s, but the job is not marked: reserve() would book it there',
+								 h.name, b.job)
+	  FROM frameq.job_host_failure b
+	  JOIN frameq.job j ON j.id = b.job
+	  JOIN frameq.host h ON h.id = b.host
+	 WHERE b.blocked_at IS NOT NULL AND NOT j.host_blocks
+	   AND NOT EXISTS (SELECT 1 FROM frameq.job_limit_check c WHERE c.job = b.job);
+
+	RETURN QUERY
+	WITH failed AS (
+		SELECT r.job, r.host, r.ended_at FROM frameq.run r
+		 WHERE r.reason IN ('timeout', 'stalled', 'oom')
+			OR (r.reason = 'completed' AND (r.exit_status <> 0 OR r.exit_signal <> 0)))
+	SELECT 'host blocks', format('job %s counts %s failures on host %s since %s, but only %s of its runs there failed since',
+								 b.job, b.failures, h.name, b.counted_since, n.n)
+	  FROM frameq.job_host_failure b
+	  JOIN frameq.host h ON h.id = b.host
+	 CROSS JOIN LATERAL (SELECT count(*) AS n FROM failed x
+						  WHERE x.job = b.job AND x.host = b.host
+							AND x.ended_at >= b.counted_since) n
+	 WHERE b.failures > n.n;
 END
 $$;

@@ -69,3 +69,6 @@ SELECT pg_catalog.pg_extension_config_dump('frameq.job_finish_check', '');
 SELECT pg_catalog.pg_extension_config_dump('frameq.run_secret_key', '');
 SELECT pg_catalog.pg_extension_config_dump('frameq.show_grant',
 	'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) show_grant.role)');
+/* 0.5.0: a job's failures per host and the limits the worker has yet to settle */
+SELECT pg_catalog.pg_extension_config_dump('frameq.job_host_failure', '');
+SELECT pg_catalog.pg_extension_config_dump('frameq.job_limit_check', '');

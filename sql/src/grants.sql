@@ -49,7 +49,7 @@ GRANT EXECUTE ON FUNCTION
 	frameq.kill_frame(bigint, text), frameq.retry_frame(bigint), frameq.eat_frame(bigint),
 	frameq.kill_job(bigint, text), frameq.set_host_state(text, text),
 	frameq.confirm_host_dead(text), frameq.depend_job(bigint, bigint),
-	frameq.drop_depends(bigint, text)
+	frameq.drop_depends(bigint, text), frameq.unblock_host(bigint, text)
 	TO frameq_admin;
 GRANT EXECUTE ON FUNCTION
 	frameq.attach(text, text, text), frameq.heartbeat(text, text, bigint, bigint[], jsonb),
@@ -62,12 +62,12 @@ GRANT EXECUTE ON FUNCTION
 	frameq.submit(jsonb), frameq.set_job(bigint, int, numeric, int, bool, bool),
 	frameq.kill_frame(bigint, text), frameq.retry_frame(bigint), frameq.eat_frame(bigint),
 	frameq.kill_job(bigint, text), frameq.depend_job(bigint, bigint),
-	frameq.drop_depends(bigint, text)
+	frameq.drop_depends(bigint, text), frameq.unblock_host(bigint, text)
 	TO frameq_submit;
 /* _ledger_parked and _frame_spec: the views dispatch_parked and frames call them */
 GRANT EXECUTE ON FUNCTION frameq.check(), frameq.ledger(), frameq.worker_status(),
 	frameq.lease_period(), frameq._ledger_parked(), frameq._frame_spec(int, int[])
 	TO frameq_reader;
 GRANT SELECT ON frameq.frames, frameq.job_progress, frameq.usage, frameq.hosts, frameq.runs,
-	frameq.show_grants, frameq.dispatch_parked, frameq.depends
+	frameq.show_grants, frameq.dispatch_parked, frameq.depends, frameq.job_host_blocks
 	TO frameq_reader;

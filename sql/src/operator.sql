@@ -235,3 +235,28 @@ BEGIN
 	 WHERE x.id = h.id;
 END
 $$;
+
+/*
+ * Let a host run a job's tasks again after host_failure_limit blocked it
+ * for the job, and start its count of the job's failures afresh
+ * (src/limits.c).  A host with failures below the limit has its count
+ * reset; one with none changes nothing.  The count's row is taken before
+ * the job row, as a failing release takes them.
+ */
+CREATE FUNCTION frameq.unblock_host(job bigint, host text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	h frameq.host;
+BEGIN
+	PERFORM frameq._authorize_job(frameq._not_null(unblock_host.job, 'job'));
+	IF NOT EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = unblock_host.job) THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	h := frameq._host_by_name(frameq._bounded(unblock_host.host, 'host', 100));
+	DELETE FROM frameq.job_host_failure f WHERE f.job = unblock_host.job AND f.host = h.id;
+	IF FOUND THEN
+		PERFORM 1 FROM frameq.job j WHERE j.id = unblock_host.job FOR NO KEY UPDATE;
+		PERFORM frameq._job_blocks_mark(unblock_host.job);
+	END IF;
+END
+$$;

@@ -197,3 +197,44 @@ BEGIN
 	RETURN n;
 END
 $$;
+
+/*
+ * ---------------------------------------------------------------------
+ * A job's limits on failure (src/limits.c has the whole argument):
+ * host_failure_limit blocks a host that failed the job's runs that many
+ * times, max_dead_frames pauses the job once that many of its tasks are
+ * dead.
+ * ---------------------------------------------------------------------
+ */
+
+/* failed runs on one host before it is blocked, for a job that does not say */
+CREATE FUNCTION frameq._default_host_failure_limit() RETURNS int
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 3 $$;
+
+/*
+ * The one writer of job.host_blocks: whether some host is blocked for the
+ * job, read afresh.  The caller holds the job's row, taken after the
+ * failure counts it changed, so that every block committed before is
+ * seen, and one in flight marks the job itself when it gets the row.
+ */
+CREATE FUNCTION frameq._job_blocks_mark(job bigint) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	UPDATE frameq.job j SET host_blocks = b.blocked
+	  FROM (SELECT EXISTS (SELECT 1 FROM frameq.job_host_failure f
+							WHERE f.job = _job_blocks_mark.job AND f.blocked_at IS NOT NULL)
+				   AS blocked) b
+	 WHERE j.id = _job_blocks_mark.job AND j.host_blocks IS DISTINCT FROM b.blocked
+$$;
+
+/* a task became dead: its job pauses if its dead tasks reach max_dead_frames */
+CREATE FUNCTION frameq._task_died() RETURNS trigger
+	AS 'MODULE_PATHNAME', 'frameq_task_died' LANGUAGE C
+	SET search_path = pg_catalog, pg_temp;
+CREATE TRIGGER frame_task_died AFTER UPDATE OF state ON frameq.frame
+	FOR EACH ROW WHEN (NEW.state = 'dead' AND OLD.state IS DISTINCT FROM 'dead')
+	EXECUTE FUNCTION frameq._task_died();
+
+/* the same for a death the worker was left (job_limit_check); true if the job paused */
+CREATE FUNCTION frameq._pause_for_dead(job bigint) RETURNS bool
+	AS 'MODULE_PATHNAME', 'frameq_pause_for_dead' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;

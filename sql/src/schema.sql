@@ -131,7 +131,24 @@ CREATE TABLE frameq.job (
 	 * unless they have their own.  NULL: none.
 	 */
 	timeout		int CHECK (timeout > 0),
-	timeout_no_output int CHECK (timeout_no_output > 0)
+	timeout_no_output int CHECK (timeout_no_output > 0),
+	/*
+	 * Job limits on failure (limits.c): failed runs on one host before the
+	 * host gets no more of the job's tasks (NULL: the default,
+	 * _default_host_failure_limit(); 0: never), and dead tasks at which
+	 * the job pauses itself (NULL: never).
+	 */
+	host_failure_limit int CHECK (host_failure_limit BETWEEN 0 AND 1000),
+	max_dead_frames int CHECK (max_dead_frames BETWEEN 1 AND 1000000),
+	/* why the job paused itself (max_dead_frames); NULL for any other pause, cleared by set_job */
+	paused_reason text,
+	/*
+	 * Some host is blocked for the job (job_host_failure.blocked_at), or
+	 * was: reserve() looks its host up in job_host_failure only for a job
+	 * with this set, so a job without blocks costs it nothing.  Written
+	 * only by _job_blocks_mark, under the job's row lock.
+	 */
+	host_blocks bool NOT NULL DEFAULT false
 );
 /* booking walks a show's active jobs in policy order */
 CREATE INDEX job_dispatch ON frameq.job (show, priority DESC, id)
@@ -369,6 +386,36 @@ CREATE TABLE frameq.show_grant (
 	role		regrole NOT NULL,
 	granted_at	timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
 	PRIMARY KEY (show, role)
+);
+
+/*
+ * Failed runs of a job's tasks per host (host_failure_limit, limits.c):
+ * written by the release of each failed run, in its transaction; the row
+ * goes when unblock_host() resets the count.  blocked_at is set by the
+ * failure that reaches the job's limit: from then on reserve() gives the
+ * host none of the job's tasks.  No foreign keys, as on proc and run: a
+ * key would lock the job row in every failing release.
+ */
+CREATE TABLE frameq.job_host_failure (
+	job			bigint NOT NULL,
+	host		int NOT NULL,
+	failures	int NOT NULL CHECK (failures > 0),
+	counted_since timestamptz NOT NULL,		/* the end of the first failed run counted */
+	blocked_at	timestamptz,
+	PRIMARY KEY (job, host)
+);
+
+/*
+ * Jobs whose limits on failure a release could not settle because another
+ * session kept the job's row locked past frameq.lock_wait (limits.c): the
+ * job's host_blocks mark, and, if died, whether its dead tasks now pause
+ * it.  The background worker settles them every round until it gets the
+ * row (worker.sql, _settle_job_limits).  Rows are few and short-lived.
+ */
+CREATE TABLE frameq.job_limit_check (
+	job			bigint PRIMARY KEY,
+	died		bool NOT NULL DEFAULT false,
+	since		timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp()
 );
 
 /*

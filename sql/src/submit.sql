@@ -341,6 +341,8 @@ DECLARE
 	auto_eat bool;
 	max_cc int;
 	max_gpus int;
+	host_failure_limit int;
+	max_dead_frames int;
 	paused bool;
 	timeout int;
 	timeout_no_output int;
@@ -393,7 +395,7 @@ BEGIN
 	END IF;
 	PERFORM frameq._spec_unknown(spec, ARRAY['show', 'folder', 'name', 'priority',
 		'max_retries', 'auto_eat', 'max_cores', 'max_gpus', 'paused', 'layers', 'after_jobs',
-		'timeout', 'timeout_no_output'], 'spec');
+		'timeout', 'timeout_no_output', 'host_failure_limit', 'max_dead_frames'], 'spec');
 
 	v := frameq._spec_value(spec, 'show', 'spec', 'string');
 	IF v IS NULL THEN
@@ -428,6 +430,9 @@ BEGIN
 	max_cc := frameq._cc(frameq._spec_value(spec, 'max_cores', 'spec', 'number')::numeric,
 						 'spec.max_cores');
 	max_gpus := frameq._spec_int(spec, 'max_gpus', 'spec', NULL, 0, 100000);
+	/* absent: NULL, the default (src/limits.c) */
+	host_failure_limit := frameq._spec_int(spec, 'host_failure_limit', 'spec', NULL, 0, 1000);
+	max_dead_frames := frameq._spec_int(spec, 'max_dead_frames', 'spec', NULL, 1, 1000000);
 	after_jobs := frameq._spec_after_jobs(spec);
 	timeout := frameq._duration(spec -> 'timeout', 'spec.timeout');
 	timeout_no_output := frameq._duration(spec -> 'timeout_no_output', 'spec.timeout_no_output');
@@ -552,10 +557,11 @@ BEGIN
 
 	/* everything checked: write */
 	INSERT INTO frameq.job AS j (show, folder, name, priority, max_retries, auto_eat,
-							max_cc, max_gpus, state, timeout, timeout_no_output)
+							max_cc, max_gpus, state, timeout, timeout_no_output,
+							host_failure_limit, max_dead_frames)
 	VALUES (show_id, folder_id, job_name, priority, max_retries, auto_eat,
 			max_cc, max_gpus, CASE WHEN paused THEN 'paused' ELSE 'active' END,
-			timeout, timeout_no_output)
+			timeout, timeout_no_output, host_failure_limit, max_dead_frames)
 	RETURNING j.id INTO job_id;
 
 	unmet_jobs := frameq._submit_job_depends(job_id, after_jobs);
@@ -643,6 +649,8 @@ BEGIN
 						ELSE coalesce(set_job.max_gpus, x.max_gpus) END,
 		state = CASE WHEN set_job.paused IS NULL THEN x.state
 					 WHEN set_job.paused THEN 'paused' ELSE 'active' END,
+		/* the job's own reason for a pause goes with any pause or resume */
+		paused_reason = CASE WHEN set_job.paused IS NULL THEN x.paused_reason END,
 		caps_changed_at = CASE WHEN caps_changed THEN clock_timestamp() ELSE x.caps_changed_at END
 	 WHERE x.id = set_job.job
 	RETURNING * INTO j;

@@ -19,7 +19,11 @@ SELECT f.id AS frame, f.job, f.layer, f.number AS frame_number, f.state, f.retri
   LEFT JOIN frameq.proc p ON p.frame = f.id
   LEFT JOIN frameq.host h ON h.id = p.host;
 
-/* each job's tasks by state, and how many frame numbers they hold */
+/*
+ * each job's tasks by state, and how many frame numbers they hold; while
+ * the job is paused, why: max_dead_frames if it paused itself, else
+ * 'operator' (set_job, or submitted paused)
+ */
 CREATE VIEW frameq.job_progress AS
 SELECT j.id AS job, j.name, j.state,
 	   count(f.id) AS total,
@@ -29,10 +33,22 @@ SELECT j.id AS job, j.name, j.state,
 	   count(f.id) FILTER (WHERE f.state = 'succeeded') AS succeeded,
 	   count(f.id) FILTER (WHERE f.state = 'dead') AS dead,
 	   count(f.id) FILTER (WHERE f.state = 'eaten') AS eaten,
-	   count(f.id) + coalesce(sum(pg_catalog.cardinality(f.numbers) - 1), 0) AS frames_total
+	   count(f.id) + coalesce(sum(pg_catalog.cardinality(f.numbers) - 1), 0) AS frames_total,
+	   CASE WHEN j.state = 'paused' THEN coalesce(j.paused_reason, 'operator') END AS paused_reason
   FROM frameq.job j
   LEFT JOIN frameq.frame f ON f.job = j.id
  GROUP BY j.id;
+
+/*
+ * Hosts blocked for a job by its host_failure_limit (src/limits.c): the
+ * failed runs counted there, and since when the host gets none of the
+ * job's tasks.  unblock_host() lifts a block.
+ */
+CREATE VIEW frameq.job_host_blocks AS
+SELECT b.job, h.name AS host, b.failures, b.blocked_at AS since
+  FROM frameq.job_host_failure b
+  JOIN frameq.host h ON h.id = b.host
+ WHERE b.blocked_at IS NOT NULL;
 
 /* what each host, subscription, folder, live job and limit uses, against its cap */
 CREATE VIEW frameq.usage AS

@@ -225,6 +225,37 @@ BEGIN
 END
 $$;
 
+/*
+ * The worker's step for the jobs in frameq.job_limit_check, whose row a
+ * release could not get (src/limits.c): mark the job's host blocks, and,
+ * if a task of it died, pause it if its dead tasks reach max_dead_frames.
+ * A row a release renewed meanwhile stays for the next round.  Returns
+ * how many it settled.
+ */
+CREATE FUNCTION frameq._settle_job_limits() RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	c record;
+	n bigint := 0;
+BEGIN
+	FOR c IN SELECT x.job, x.died, x.since FROM frameq.job_limit_check x ORDER BY x.job LOOP
+		BEGIN
+			/* the worker's lock_timeout (frameq.lock_wait) bounds this wait */
+			PERFORM 1 FROM frameq.job j WHERE j.id = c.job FOR NO KEY UPDATE;
+			PERFORM frameq._job_blocks_mark(c.job);
+			IF c.died THEN
+				PERFORM frameq._pause_for_dead(c.job);
+			END IF;
+			DELETE FROM frameq.job_limit_check x WHERE x.job = c.job AND x.since = c.since;
+			n := n + 1;
+		EXCEPTION WHEN lock_not_available THEN
+			RAISE LOG 'frameq worker: job % is still locked by another session; its limits are settled next round', c.job;
+		END;
+	END LOOP;
+	RETURN n;
+END
+$$;
+
 /* is the server still in the quarantine after its start (src/worker.c)? */
 CREATE FUNCTION frameq._in_quarantine() RETURNS bool
 	AS 'MODULE_PATHNAME', 'frameq_in_quarantine_sql' LANGUAGE C VOLATILE STRICT

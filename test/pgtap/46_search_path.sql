@@ -58,6 +58,7 @@ SELECT epoch AS e1 FROM frameq.attach('t46-h1', :'tok1', 'boot-1') \gset
 SELECT epoch AS e2 FROM frameq.attach('t46-h2', :'tok2', 'boot-1') \gset
 SELECT epoch AS e3 FROM frameq.attach('t46-h3', :'tok3', 'boot-1') \gset
 SELECT frameq.submit($${"show": "t46show", "folder": "t46f", "name": "t46-a", "max_cores": 20,
+	"host_failure_limit": 1, "max_dead_frames": 1,
 	"layers": [{"name": "l", "command": "render #IFRAME# #JOB#", "range": "1-10", "memory": "1GB",
 				"limits": ["t46.lic"], "env": {"A": "b"}}]}$$) AS ja \gset
 /* h1 runs frames 1-3, h2 frame 4; the rest wait */
@@ -305,6 +306,8 @@ INSERT INTO t46_calls (fn, who, code, want) VALUES
 	('eat_frame', 't46_submitter', format($$SELECT frameq.eat_frame(%s)$$, :f9), 'ok'),
 	('kill_frame', 't46_submitter', format($$SELECT frameq.kill_frame(%s, 'shadow test')$$, :f10), 'ok'),
 	('kill_job', 't46_submitter', format($$SELECT frameq.kill_job(%s, 'shadow test')$$, :jk), 'ok'),
+	/* h2's failure of frame 4 blocked it for t46-a (host_failure_limit 1) */
+	('unblock_host', 't46_submitter', format($$SELECT frameq.unblock_host(%s, 't46-h2')$$, :ja), 'ok'),
 	/* operator actions on hosts */
 	('set_host_state', 't46_admin', $$SELECT frameq.set_host_state('t46-h2', 'repair')$$, 'ok'),
 	('set_host_state', 't46_admin', $$SELECT frameq.set_host_state('t46-h2', 'up')$$, 'ok'),
@@ -323,6 +326,7 @@ INSERT INTO t46_calls (fn, who, code, want) VALUES
 	('runs', 't46_reader', $$SELECT * FROM frameq.runs$$, 'ok'),
 	('_ledger_parked', 't46_reader', $$SELECT * FROM frameq.dispatch_parked$$, 'ok'),
 	('depends', 't46_reader', $$SELECT * FROM frameq.depends$$, 'ok'),
+	('job_host_blocks', 't46_reader', $$SELECT * FROM frameq.job_host_blocks$$, 'ok'),
 	('_frame_spec', 't46_reader', $$SELECT frame_spec FROM frameq.frames$$, 'ok'),
 	('_frame_spec', 't46_reader', $$SELECT frameq._frame_spec(7, '{7,9,11}'), frameq._frame_spec(7, '{7,3}')$$, 'ok'),
 	('check', 't46_admin', $$SELECT * FROM frameq.check()$$, 'ok');

@@ -90,8 +90,8 @@ SELECT is(
 SELECT is(
 	(SELECT array_agg(attname::text ORDER BY attnum) FROM pg_attribute
 	  WHERE attrelid = 'frameq.job_progress'::regclass AND attnum > 0),
-	'{job,name,state,total,waiting,depend,running,succeeded,dead,eaten,frames_total}'::text[],
-	'job_progress gains frames_total after its earlier columns');
+	'{job,name,state,total,waiting,depend,running,succeeded,dead,eaten,frames_total,paused_reason}'::text[],
+	'job_progress gains frames_total after its earlier columns (and 0.5.0 paused_reason after that)');
 SELECT ok(has_column_privilege('frameq_reader', 'frameq.frames', 'frame_spec', 'SELECT')
 		  AND has_column_privilege('frameq_reader', 'frameq.job_progress', 'frames_total', 'SELECT'),
 	'frameq_reader may read frame_spec and frames_total');

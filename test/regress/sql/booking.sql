@@ -53,8 +53,10 @@ LANGUAGE sql AS $$
 $$;
 
 -- three 1-core render frames; two 2-core denoise frames under a licence
--- for one at a time; a frame that fails is retried once
-SELECT frameq.submit($${"show": "rgshow", "name": "shot010", "max_retries": 1, "layers": [
+-- for one at a time; a frame that fails is retried once.  One host runs
+-- everything, so its failures must not block it (host_failure_limit)
+SELECT frameq.submit($${"show": "rgshow", "name": "shot010", "max_retries": 1,
+	"host_failure_limit": 0, "layers": [
 	{"name": "render", "command": "render -f #ZFRAME# #JOB#/#LAYER#", "range": "1-3",
 	 "cores": 1, "memory": "1GB"},
 	{"name": "denoise", "command": "denoise #FRAME#", "range": "1-2", "cores": 2,
