@@ -26,6 +26,10 @@
  * report.  Leases are re-armed from the start.  The worker only starts
  * once recovery has finished, so a standby runs none of this.
  *
+ * Delays.  A task sent back to waiting with a delay (a requeue exit code,
+ * a retry_delay) is made bookable by the round after its time has come:
+ * sql/src/worker.sql, "Delays".
+ *
  * Wall-clock jumps.  Lease times are wall-clock timestamps in the host
  * table.  Each round the worker compares how far the wall clock and the
  * monotonic clock moved; if they disagree by more than a second, the clock
@@ -217,6 +221,7 @@ typedef enum WorkerStep
 	STEP_EXPIRE,
 	STEP_SEND_KILLS,
 	STEP_FINISH_JOBS,
+	STEP_DELAYS,
 	STEP_REQUEUE
 } WorkerStep;
 
@@ -282,6 +287,8 @@ worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now)
 		}
 		else if (step == STEP_FINISH_JOBS)
 			result = run_step("SELECT frameq._finish_checked_jobs()", 0, NULL, NULL);
+		else if (step == STEP_DELAYS)
+			result = run_step("SELECT frameq._delays_ended()", 0, NULL, NULL);
 		else
 		{
 			/*
@@ -342,8 +349,9 @@ worker_step_guarded(WorkerStep step, TimestampTz leases_since, TimestampTz now,
 }
 
 /*
- * One round: re-arm after start or a clock jump, expire, send, and settle
- * the jobs whose finish was left to us.  Returns
+ * One round: re-arm after start or a clock jump, expire, send, settle
+ * the jobs whose finish was left to us, and make the tasks whose requeue
+ * or retry delay has ended bookable.  Returns
  * whether a wanted re-arm is done (if not, the next round tries again;
  * expiry need not wait for it: a start or a clock jump also moved
  * leases_since, before which no lease counts).
@@ -356,6 +364,7 @@ worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire)
 	int64		rearmed = 0;
 	int64		finished = 0;
 	int64		requeued = 0;
+	int64		ended = 0;
 	bool		rearm_done = true;
 
 	if (rearm)
@@ -364,6 +373,7 @@ worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire)
 		(void) worker_step_guarded(STEP_EXPIRE, leases_since, now, &expired);
 	(void) worker_step_guarded(STEP_SEND_KILLS, leases_since, now, &sent);
 	(void) worker_step_guarded(STEP_FINISH_JOBS, leases_since, now, &finished);
+	(void) worker_step_guarded(STEP_DELAYS, leases_since, now, &ended);
 	(void) worker_step_guarded(STEP_REQUEUE, leases_since, now, &requeued);
 
 	if (expired > 0)

@@ -24,6 +24,9 @@
  *	a whole job spec										64 MB
  *	a reason, a boot id										500 / 200 characters
  *	procs listed in one heartbeat							100,000
+ *	a duration (requeue_delay, retry_delay)					30 days (2,592,000 s)
+ *	requeue exit codes per job or layer						32, each 1 to 255
+ *	max_requeues											1,000
  * ---------------------------------------------------------------------
  */
 
@@ -207,3 +210,48 @@ BEGIN
 	RETURN result;
 END
 $$;
+
+/*
+ * ---- _duration: written for the requeue and retry delays (issue 15),
+ * with the signature and rules the timeouts share; one definition is kept
+ * when the two are merged.
+ *
+ * A duration field: a JSON number of whole seconds, or a string of
+ * whole numbers with units, largest first, each at most once: "90s",
+ * "2h", "1h30m", "1d12h" (d, h, m, s).  0 is a duration (a caller that
+ * wants more says so).  NULL for an absent value or a JSON null; 22023
+ * for anything else that is not one, 54000 past 30 days; the message
+ * names the field.
+ */
+CREATE FUNCTION frameq._duration(value jsonb, field text) RETURNS int
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	m text[];
+	n numeric;
+BEGIN
+	IF value IS NULL OR pg_catalog.jsonb_typeof(value) = 'null' THEN
+		RETURN NULL;
+	END IF;
+	IF pg_catalog.jsonb_typeof(value) = 'number' THEN
+		n := value::numeric;
+	ELSIF pg_catalog.jsonb_typeof(value) = 'string' AND pg_catalog.length(value #>> '{}') <= 64 THEN
+		m := pg_catalog.regexp_match(value #>> '{}',
+			'^(?:([0-9]{1,9})d)?(?:([0-9]{1,9})h)?(?:([0-9]{1,9})m)?(?:([0-9]{1,9})s)?$');
+		IF m IS NOT NULL AND (value #>> '{}') <> '' THEN
+			n := coalesce(m[1]::numeric, 0) * 86400 + coalesce(m[2]::numeric, 0) * 3600
+				 + coalesce(m[3]::numeric, 0) * 60 + coalesce(m[4]::numeric, 0);
+		END IF;
+	END IF;
+	IF n IS NULL OR n < 0 OR n <> pg_catalog.trunc(n) THEN
+		RAISE EXCEPTION '% must be a duration: whole seconds, or such as "90s", "2h", "1h30m", not %',
+			field, frameq._clip(value::text)
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF n > 2592000 THEN
+		RAISE EXCEPTION '% is too large: %, at most 30 days (2592000 seconds)', field, frameq._clip(value::text)
+			USING ERRCODE = 'program_limit_exceeded';
+	END IF;
+	RETURN n::int;
+END
+$$;
+/* ---- end of _duration */
