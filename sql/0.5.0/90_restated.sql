@@ -954,13 +954,16 @@ END
 $$;
 
 CREATE FUNCTION frameq._delays_ended() RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
-	SELECT frameq._end_delay(ARRAY(
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	due timestamptz := clock_timestamp();
+BEGIN
+	RETURN frameq._end_delay(ARRAY(
 		SELECT f.id FROM frameq.frame f
-		 WHERE f.state OPERATOR(pg_catalog.=) 'waiting' AND f.not_before IS NOT NULL
-		   AND f.not_before OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
+		 WHERE f.state = 'waiting' AND f.not_before IS NOT NULL AND f.not_before <= due
 		 ORDER BY f.not_before LIMIT 10000
-		   FOR NO KEY UPDATE SKIP LOCKED))
+		   FOR NO KEY UPDATE SKIP LOCKED));
+END
 $$;
 
 CREATE OR REPLACE VIEW frameq.frames AS
@@ -989,6 +992,8 @@ SELECT j.id AS job, j.name, j.state,
 
 CREATE OR REPLACE FUNCTION frameq.check() RETURNS TABLE (invariant text, detail text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	late timestamptz;	/* a delay that ended before this is overdue */
 BEGIN
 	PERFORM frameq._ledger_ensure();
 	PERFORM frameq._requeue_after_rebuild();
@@ -1141,13 +1146,13 @@ BEGIN
 	 * what must hold instead is that the worker ends its delay within a
 	 * round of its time.  A minute's slack, for a worker between restarts.
 	 */
+	late := clock_timestamp() - interval '1 minute';
 	RETURN QUERY
 	SELECT 'no waiting frame is passed over',
 		   format('task %s is still delayed, %s after its delay ended', f.id,
 				  date_trunc('second', clock_timestamp() - f.not_before))
 	  FROM frameq.frame f
-	 WHERE f.state = 'waiting' AND f.not_before IS NOT NULL
-	   AND f.not_before < clock_timestamp() - interval '1 minute';
+	 WHERE f.state = 'waiting' AND f.not_before IS NOT NULL AND f.not_before < late;
 
 	RETURN QUERY
 	SELECT 'no waiting frame is passed over',

@@ -28,6 +28,8 @@ CREATE FUNCTION frameq._proc_usage(OUT kind text, OUT id bigint, OUT id2 bigint,
  */
 CREATE FUNCTION frameq.check() RETURNS TABLE (invariant text, detail text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	late timestamptz;	/* a delay that ended before this is overdue */
 BEGIN
 	PERFORM frameq._ledger_ensure();
 	PERFORM frameq._requeue_after_rebuild();
@@ -180,13 +182,13 @@ BEGIN
 	 * what must hold instead is that the worker ends its delay within a
 	 * round of its time.  A minute's slack, for a worker between restarts.
 	 */
+	late := clock_timestamp() - interval '1 minute';
 	RETURN QUERY
 	SELECT 'no waiting frame is passed over',
 		   format('task %s is still delayed, %s after its delay ended', f.id,
 				  date_trunc('second', clock_timestamp() - f.not_before))
 	  FROM frameq.frame f
-	 WHERE f.state = 'waiting' AND f.not_before IS NOT NULL
-	   AND f.not_before < clock_timestamp() - interval '1 minute';
+	 WHERE f.state = 'waiting' AND f.not_before IS NOT NULL AND f.not_before < late;
 
 	RETURN QUERY
 	SELECT 'no waiting frame is passed over',

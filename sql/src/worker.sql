@@ -220,15 +220,23 @@ BEGIN
 END
 $$;
 
-/* the worker's step: end the delays whose time has come; returns how many */
+/*
+ * The worker's step: end the delays whose time has come; returns how many.
+ * The time is read once, into a variable: compared with clock_timestamp()
+ * itself (volatile), the index could not stop at it, and every delayed
+ * task of the farm would be read each round.
+ */
 CREATE FUNCTION frameq._delays_ended() RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
-	SELECT frameq._end_delay(ARRAY(
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	due timestamptz := clock_timestamp();
+BEGIN
+	RETURN frameq._end_delay(ARRAY(
 		SELECT f.id FROM frameq.frame f
-		 WHERE f.state OPERATOR(pg_catalog.=) 'waiting' AND f.not_before IS NOT NULL
-		   AND f.not_before OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp()
+		 WHERE f.state = 'waiting' AND f.not_before IS NOT NULL AND f.not_before <= due
 		 ORDER BY f.not_before LIMIT 10000
-		   FOR NO KEY UPDATE SKIP LOCKED))
+		   FOR NO KEY UPDATE SKIP LOCKED));
+END
 $$;
 
 /* is the server still in the quarantine after its start (src/worker.c)? */

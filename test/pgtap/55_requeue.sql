@@ -20,7 +20,7 @@
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(179);
+SELECT plan(183);
 
 SELECT * FROM fqtest.farm('t55', cores => '{64}') \gset
 
@@ -302,6 +302,25 @@ UPDATE frameq.frame SET not_before = clock_timestamp() - interval '3 seconds' WH
 UPDATE frameq.frame SET not_before = clock_timestamp() - interval '2 seconds' WHERE id = pg_temp.task(:j_order, 1);
 SELECT is(frameq._delays_ended(), 2::bigint, 'the worker ends the two delays whose time has come, not the third');
 SELECT is(pg_temp.book(:'tok1', :epoch1), 'order:1,order:3', 'both are booked, the task between them not');
+
+-- what a booking and the worker's round read with many delayed tasks: a
+-- layer of 2,001 tasks, 2,000 delayed ahead of the one bookable (frame
+-- 2001), counted in this transaction's statistics of frameq.frame
+SELECT frameq.set_job(:j_order, paused => true) AS _ \gset
+SELECT pg_temp.job('many', 2001) AS j_many \gset
+UPDATE frameq.frame SET not_before = clock_timestamp() + interval '1 hour'
+ WHERE job = :j_many AND number <= 2000;
+CREATE FUNCTION pg_temp.frame_reads() RETURNS bigint
+LANGUAGE sql AS $$
+	SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)
+	  FROM pg_stat_xact_user_tables WHERE relid = 'frameq.frame'::regclass
+$$;
+SELECT pg_temp.frame_reads() AS reads \gset
+SELECT is(frameq._delays_ended(), 0::bigint, 'the worker''s step, with 2,000 delayed tasks none of which is due...');
+SELECT cmp_ok(pg_temp.frame_reads() - :reads, '<=', 2::bigint, '... reads no frame row');
+SELECT pg_temp.frame_reads() AS reads \gset
+SELECT is(pg_temp.book(:'tok1', :epoch1), 'many:2001', 'a booking past 2,000 delayed tasks of the layer...');
+SELECT cmp_ok(pg_temp.frame_reads() - :reads, '<=', 10::bigint, '... reads none of them');
 
 -- a direct INSERT of a delayed task is refused
 SELECT fqtest.refuses(format('INSERT INTO frameq.proc (id, frame, host, epoch, job, layer, show, folder, allocation, cores_cc, memory, gpus, gpu_memory)'
