@@ -190,8 +190,9 @@ $$;
 /*
  * End the delay of these tasks now, whatever its time: each becomes
  * bookable if it is 'waiting' (a 'depend' one when its dependencies are
- * met).  Returns how many delays it ended.  Rows are locked as the caller
- * chose: waits for them here (READ COMMITTED rechecks not_before).
+ * met).  Returns how many delays it ended.  A row another session holds
+ * is waited for, and then looked at again (not_before may be gone); the
+ * worker locks its candidates first, skipping those, so it never waits.
  */
 CREATE FUNCTION frameq._end_delay(tasks bigint[]) RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
