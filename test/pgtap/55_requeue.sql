@@ -20,7 +20,7 @@
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(183);
+SELECT plan(184);
 
 SELECT * FROM fqtest.farm('t55', cores => '{64}') \gset
 
@@ -86,6 +86,9 @@ SELECT set_eq('SELECT column_name::text FROM information_schema.columns WHERE ta
 	ARRAY['frame', 'job', 'layer', 'frame_number', 'state', 'retries', 'attempts', 'proc', 'host',
 		  'proc_state', 'frame_spec', 'requeues', 'not_before'],
 	'the frames view shows requeues and not_before');
+SELECT is((SELECT (array_agg(attname::text ORDER BY attnum))[11:12] FROM pg_attribute
+			WHERE attrelid = 'frameq.job_progress'::regclass AND attnum > 0),
+	'{frames_total,delayed}'::text[], 'job_progress gains delayed after frames_total');
 
 SELECT frameq.submit($${"show": "t55show", "name": "fields",
 	"requeue_exit_codes": [75, 3], "requeue_delay": "2m", "max_requeues": 5, "retry_delay": 10,
