@@ -1146,10 +1146,11 @@ lock_reported_proc(const Report *r, int32 host_id)
 		Oid			types[5] = {INT8OID, INT4OID, INT8OID, INT4OID, INT4OID};
 
 		/*
-		 * Scalar subqueries, not joins: each is one primary-key lookup
-		 * whatever the statistics say.  (A join's generic plan, chosen
-		 * once per session, was at times a merge join that read job_pkey
-		 * from its start up to the proc's job.)
+		 * Subqueries fenced by OFFSET 0, not joins: each of the frame, the
+		 * job and the layer is one primary-key lookup whatever the
+		 * statistics say.  (A join's generic plan, chosen once per
+		 * session, was at times a merge join that read job_pkey from its
+		 * start up to the proc's job.)
 		 *
 		 * The host and epoch are conditions of the scan, below the row
 		 * lock: a proc of another host (or an earlier lease) is never
