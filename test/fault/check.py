@@ -260,8 +260,9 @@ C6_tokens
                        renders_unknown_to_db)
     slow_recovery's bound adds depth * (render_max + poll) when the heal
     event has a depth: chained tasks run one after the other; and
-    (1 + depth) * misbehave_runs * (render_max + delay_max + poll): a task
-    that misbehaves runs again after its delay, each link of a chain too.
+    (misbehave_runs + depth) * (render_max + delay_max + poll): a task that
+    misbehaves runs again after its delay, as many times as it may, and
+    each link of a chain may do so once.
 C7_check
     check_row          every row of frameq.check()
 C8_dependencies (when final.json has depends)
@@ -1135,7 +1136,7 @@ class Checker:
         bound = (p["ttl"] * (1 + p["drift"]) + p["margin"] + p["quarantine"] + p["poll"]
                  + p["render_max"] + waves * p["render_max"]
                  + depth * (p["render_max"] + p["poll"]) + RECOVERY_SLACK
-                 + (1 + depth) * p.get("misbehave_runs", 0)
+                 + (p.get("misbehave_runs", 0) + depth)
                  * (p["render_max"] + p.get("delay_max", 0) + p["poll"]))
         ends = [run["ended_at"] for run in self.final["runs"] if run["ended_at"] is not None]
         # DB wall -> monotonic through the heal event's (wall, t) pair
