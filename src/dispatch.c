@@ -5,7 +5,8 @@
  *	  waiting frame can start to be looked for.
  *
  * Why: reserve() takes a layer's lowest waiting frame through the partial
- * index frame_waiting (layer, number) WHERE state = 'waiting'.  A booked
+ * index frame_waiting (layer, number) WHERE state = 'waiting' AND
+ * not_before IS NULL (a delayed task is not in it).  A booked
  * frame leaves that index only logically: its entry stays, dead, until
  * VACUUM.  Scanning from the lowest number would step over every frame
  * booked since the last vacuum, so booking would slow down the longer a
@@ -23,7 +24,9 @@
  *	 (each lowering bumps the entry's counter; the booker compares);
  * - a hint is lowered, and the counter bumped, when a frame becomes waiting
  *	 again: when a release to 'waiting' commits (after its commit is visible,
- *	 so a later lookup's snapshot sees the frame), and when a booking aborts;
+ *	 so a later lookup's snapshot sees the frame), when a delayed task's
+ *	 delay ends (sql/src/worker.sql, "Delays": a release that delays its
+ *	 task lowers nothing), and when a booking aborts;
  * - REPEATABLE READ and SERIALIZABLE transactions never raise hints: their
  *	 snapshot may predate a lowering they did not see;
  * - when the table is full, or a lowering cannot be recorded, every hint

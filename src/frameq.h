@@ -285,6 +285,8 @@ typedef struct ReleaseContext
 	const char *reason;			/* run.reason */
 	const char *new_state;		/* the frame's state after release */
 	bool		count_retry;	/* a failure of the frame itself */
+	bool		count_requeue;	/* an exit with a requeue code: no retry used */
+	int32		delay_s;		/* to 'waiting': seconds before it is bookable */
 	bool		have_exit;
 	int32		exit_status;
 	int32		exit_signal;
@@ -297,6 +299,15 @@ extern bool frameq_lock_job_row(int64 job);
 
 /* limits.c */
 extern void frameq_count_host_failure(int64 job, int32 host, TimestampTz ended_at);
+
+/*
+ * The defaults of submit's requeue fields, for a job that gives none
+ * (doc/reference.md): a layer without its own value follows its job's,
+ * a job without one has these.  complete() computes the values in force.
+ */
+#define FRAMEQ_DEFAULT_REQUEUE_DELAY	30	/* seconds */
+#define FRAMEQ_DEFAULT_MAX_REQUEUES		20
+#define FRAMEQ_DEFAULT_RETRY_DELAY		0	/* seconds */
 
 /* booking.c: charges taken by reserve() that the insert trigger adopts */
 extern bool frameq_adopt_precharge(int64 proc);

@@ -156,6 +156,38 @@ proc_items(const ProcRow *p, LedgerItem *items)
 }
 
 /*
+ * A waiting frame (locked) that is delayed (frame.not_before) is not
+ * bookable yet, not even by a direct INSERT.  An older schema, which a
+ * direct INSERT may meet before ALTER EXTENSION UPDATE, has no delays.
+ */
+static void
+refuse_delayed(int64 frame)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[1];
+	bool		isnull;
+
+	if (!frameq_schema_current())
+		return;
+	if (plan == NULL)
+	{
+		Oid			types[1] = {INT8OID};
+
+		plan = frameq_prepare("SELECT not_before FROM frameq.frame WHERE id = $1", 1, types);
+	}
+	args[0] = Int64GetDatum(frame);
+	if (SPI_execute_plan(plan, args, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "frameq: frame %lld not found", (long long) frame);
+	(void) SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (!isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("frame %lld is delayed until %s and cannot be booked yet", (long long) frame,
+						SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
+				 errhint("retry_frame() ends its delay at once.")));
+}
+
+/*
  * A proc inserted by something other than reserve() must describe its frame
  * truthfully, and its frame must be bookable: reserve() has checked both
  * already, a direct INSERT has not.  Start the frame as reserve() would.
@@ -214,6 +246,7 @@ check_direct_insert(const ProcRow *p)
 						(long long) p->id, (long long) p->frame, p->host)));
 	if (strcmp(state, "waiting") == 0)
 	{
+		refuse_delayed(p->frame);
 		if (SPI_execute_plan(start_plan, args, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "frameq: frame start failed");
 	}
@@ -790,14 +823,21 @@ close_run(const ProcRow *p, const ReleaseContext *ctx)
 
 /*
  * Move the proc's frame out of running to its new state, counting a retry
- * if the frame itself failed; a frame back to waiting lowers its layer's
- * dispatch hint.
+ * if the frame itself failed, or a requeue; a frame back to waiting lowers
+ * its layer's dispatch hint, unless it is delayed: then it is not
+ * bookable before clock_timestamp() + delay_s (frame.not_before), and the
+ * worker lowers the hint when that time comes (sql/src/worker.sql,
+ * "Delays").  Only complete() counts requeues or delays, and only on the
+ * schema this library was built for (frameq_require_schema): every other
+ * release runs the statement that an older schema has the columns for.
  */
 static void
 release_frame(const ProcRow *p, const ReleaseContext *ctx)
 {
 	static SPIPlanPtr plan = NULL;
-	Datum		args[3];
+	static SPIPlanPtr requeue_plan = NULL;
+	bool		delayed = ctx->delay_s > 0 && strcmp(ctx->new_state, "waiting") == 0;
+	Datum		args[5];
 	int			ret;
 
 	if (plan == NULL)
@@ -814,7 +854,28 @@ release_frame(const ProcRow *p, const ReleaseContext *ctx)
 	args[0] = Int64GetDatum(p->frame);
 	args[1] = CStringGetTextDatum(ctx->new_state);
 	args[2] = Int32GetDatum(ctx->count_retry ? 1 : 0);
-	ret = SPI_execute_plan(plan, args, NULL, false, 0);
+	if (ctx->count_requeue || delayed)
+	{
+		if (requeue_plan == NULL)
+		{
+			Oid			types[5] = {INT8OID, TEXTOID, INT4OID, INT4OID, INT4OID};
+
+			requeue_plan = frameq_prepare("UPDATE frameq.frame"
+										  "   SET state = $2, retries = retries + $3,"
+										  "       requeues = requeues + $4,"
+										  "       not_before = CASE WHEN $5 > 0 THEN clock_timestamp()"
+										  "                         + make_interval(secs => $5) END,"
+										  "       version = version + 1"
+										  " WHERE id = $1 AND state = 'running'"
+										  " RETURNING number",
+										  5, types);
+		}
+		args[3] = Int32GetDatum(ctx->count_requeue ? 1 : 0);
+		args[4] = Int32GetDatum(delayed ? ctx->delay_s : 0);
+		ret = SPI_execute_plan(requeue_plan, args, NULL, false, 0);
+	}
+	else
+		ret = SPI_execute_plan(plan, args, NULL, false, 0);
 	if (ret != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "frameq: frame release failed: %s", SPI_result_code_string(ret));
 	if (SPI_processed != 1)
@@ -822,7 +883,7 @@ release_frame(const ProcRow *p, const ReleaseContext *ctx)
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("frame %lld of proc %lld is not running", (long long) p->frame,
 						(long long) p->id)));
-	if (strcmp(ctx->new_state, "waiting") == 0)
+	if (strcmp(ctx->new_state, "waiting") == 0 && !delayed)
 		frameq_dispatch_waiting(p->layer,
 								frameq_get_int32(SPI_tuptable->vals[0],
 												 SPI_tuptable->tupdesc, 1, NULL));
@@ -1174,6 +1235,7 @@ typedef struct Report
 	int32		exit_signal;
 	bool		have_rss;
 	int64		max_rss;
+	bool		oom;			/* killed for memory, with proof (the agent's) */
 } Report;
 
 /* read and check complete()'s arguments: nulls and negatives are refused */
@@ -1197,6 +1259,8 @@ read_report(FunctionCallInfo fcinfo, Report *r)
 						errmsg("exit_signal must not be negative")));
 	r->have_rss = !PG_ARGISNULL(6);
 	r->max_rss = r->have_rss ? PG_GETARG_INT64(6) : 0;
+	/* an 8th argument since 0.5.0 */
+	r->oom = PG_NARGS() > 7 && !PG_ARGISNULL(7) && PG_GETARG_BOOL(7);
 	if (r->max_rss < 0)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("max_rss must not be negative")));
@@ -1206,23 +1270,26 @@ read_report(FunctionCallInfo fcinfo, Report *r)
  * Lock the reported proc if it is this host's, under this epoch (fencing:
  * doc/design.md, invariant 3).  On success the row is SPI_tuptable's
  * first: host, epoch, killing, want_state, the frame's retries, the job's
- * max_retries and auto_eat.
+ * max_retries and auto_eat; whether the reported exit is a requeue (a
+ * requeue code of the layer, as its job gives them if it has none, with
+ * requeues left); the requeue delay and the retry delay in force.
  */
 static bool
 lock_reported_proc(const Report *r, int32 host_id)
 {
 	static SPIPlanPtr plan = NULL;
-	Datum		args[3];
+	Datum		args[5];
 
 	if (plan == NULL)
 	{
-		Oid			types[3] = {INT8OID, INT4OID, INT8OID};
+		Oid			types[5] = {INT8OID, INT4OID, INT8OID, INT4OID, INT4OID};
 
 		/*
-		 * Scalar subqueries, not joins: each is one primary-key lookup
-		 * whatever the statistics say.  (A join's generic plan, chosen
-		 * once per session, was at times a merge join that read job_pkey
-		 * from its start up to the proc's job.)
+		 * Subqueries fenced by OFFSET 0, not joins: each of the frame, the
+		 * job and the layer is one primary-key lookup whatever the
+		 * statistics say.  (A join's generic plan, chosen once per
+		 * session, was at times a merge join that read job_pkey from its
+		 * start up to the proc's job.)
 		 *
 		 * The host and epoch are conditions of the scan, below the row
 		 * lock: a proc of another host (or an earlier lease) is never
@@ -1232,18 +1299,33 @@ lock_reported_proc(const Report *r, int32 host_id)
 		 * re-check of them.
 		 */
 		plan = frameq_prepare("SELECT p.host, p.epoch, p.state = 'killing', p.want_state,"
-							  "       (SELECT f.retries FROM frameq.frame f WHERE f.id = p.frame),"
-							  "       j.max_retries, j.auto_eat"
+							  "       f.retries, j.max_retries, j.auto_eat,"
+							  "       $5 = 0 AND $4 = ANY (coalesce(l.requeue_exit_codes,"
+							  "                                     j.requeue_exit_codes, '{}'))"
+							  "         AND f.requeues < coalesce(l.max_requeues, j.max_requeues, "
+							  CppAsString2(FRAMEQ_DEFAULT_MAX_REQUEUES) "),"
+							  "       coalesce(l.requeue_delay, j.requeue_delay, "
+							  CppAsString2(FRAMEQ_DEFAULT_REQUEUE_DELAY) "),"
+							  "       coalesce(l.retry_delay, j.retry_delay, "
+							  CppAsString2(FRAMEQ_DEFAULT_RETRY_DELAY) ")"
 							  "  FROM frameq.proc p,"
-							  "       LATERAL (SELECT x.max_retries, x.auto_eat FROM frameq.job x"
-							  "                 WHERE x.id = p.job OFFSET 0) j"
+							  "       LATERAL (SELECT x.retries, x.requeues FROM frameq.frame x"
+							  "                 WHERE x.id = p.frame OFFSET 0) f,"
+							  "       LATERAL (SELECT x.max_retries, x.auto_eat, x.requeue_exit_codes,"
+							  "                       x.requeue_delay, x.max_requeues, x.retry_delay"
+							  "                  FROM frameq.job x WHERE x.id = p.job OFFSET 0) j,"
+							  "       LATERAL (SELECT x.requeue_exit_codes, x.requeue_delay,"
+							  "                       x.max_requeues, x.retry_delay"
+							  "                  FROM frameq.layer x WHERE x.id = p.layer OFFSET 0) l"
 							  " WHERE p.id = $1 AND p.host = $2 AND p.epoch = $3"
 							  "   FOR NO KEY UPDATE OF p",
-							  3, types);
+							  5, types);
 	}
 	args[0] = Int64GetDatum(r->proc);
 	args[1] = Int32GetDatum(host_id);
 	args[2] = Int64GetDatum(r->epoch);
+	args[3] = Int32GetDatum(r->exit_status);
+	args[4] = Int32GetDatum(r->exit_signal);
 	if (SPI_execute_plan(plan, args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "frameq: proc lookup failed");
 	return SPI_processed == 1 &&
@@ -1254,9 +1336,14 @@ lock_reported_proc(const Report *r, int32 host_id)
 /*
  * What the end of a render means for its frame (the locked proc row of
  * lock_reported_proc): a killed render confirms its kill order and the
- * frame goes where the kill wanted; exit 0 succeeds; anything else is a
- * failure of the frame, which uses up a retry and, once there are none
- * left, leaves it dead (or eaten, if its job says so).
+ * frame goes where the kill wanted; exit 0 succeeds (unless the agent says
+ * it killed the render for memory: oom); an exit status that is one of
+ * the layer's requeue codes, while the task has requeues left,
+ * sends it back to waiting, counted as a requeue and not as a retry, for
+ * requeue_delay; anything else is a failure of the frame, which uses up a
+ * retry and waits retry_delay, or, once there are none left, leaves it
+ * dead (or eaten, if its job says so); with oom, its run's reason is oom.
+ * (A retry with more memory after an oom is not built yet.)
  */
 static void
 classify_report(const Report *r, HeapTuple tup, TupleDesc desc, ReleaseContext *ctx)
@@ -1274,14 +1361,25 @@ classify_report(const Report *r, HeapTuple tup, TupleDesc desc, ReleaseContext *
 		ctx->reason = "killed";
 		ctx->new_state = checked_state(SPI_getvalue(tup, desc, 4));
 	}
-	else if (r->exit_status == 0 && r->exit_signal == 0)
+	else if (r->exit_status == 0 && r->exit_signal == 0 && !r->oom)
 		ctx->new_state = "succeeded";
+	else if (!r->oom && frameq_get_bool(tup, desc, 8, NULL))
+	{
+		ctx->count_requeue = true;
+		ctx->new_state = "waiting";
+		ctx->delay_s = frameq_get_int32(tup, desc, 9, NULL);
+	}
 	else
 	{
+		/* a failure of the render: it uses up a retry (killed for memory: oom) */
+		if (r->oom)
+			ctx->reason = "oom";
 		ctx->count_retry = true;
 		ctx->new_state = failed_state(frameq_get_int32(tup, desc, 5, NULL),
 									  frameq_get_int32(tup, desc, 6, NULL),
 									  frameq_get_bool(tup, desc, 7, NULL));
+		if (strcmp(ctx->new_state, "waiting") == 0)
+			ctx->delay_s = frameq_get_int32(tup, desc, 10, NULL);
 	}
 }
 
@@ -1335,7 +1433,7 @@ stale_or_duplicate(const Report *r, int32 host_id)
 PG_FUNCTION_INFO_V1(frameq_complete);
 
 /*
- * complete(host, token, epoch, proc, exit_status, exit_signal, max_rss)
+ * complete(host, token, epoch, proc, exit_status, exit_signal, max_rss, oom)
  *
  * Fenced on the host, its token, the lease epoch the proc was booked under
  * and the proc itself: a report about anything but the live proc changes

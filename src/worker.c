@@ -33,6 +33,10 @@
  * report.  Leases are re-armed from the start.  The worker only starts
  * once recovery has finished, so a standby runs none of this.
  *
+ * Delays.  A task sent back to waiting with a delay (a requeue exit code,
+ * a retry_delay) is made bookable by the round after its time has come:
+ * sql/src/worker.sql, "Delays".
+ *
  * Wall-clock jumps.  Lease times are wall-clock timestamps in the host
  * table.  Each round the worker compares how far the wall clock and the
  * monotonic clock moved; if they disagree by more than a second, the clock
@@ -228,6 +232,7 @@ typedef enum WorkerStep
 	STEP_SEND_KILLS,
 	STEP_FINISH_JOBS,
 	STEP_SETTLE_LIMITS,
+	STEP_DELAYS,
 	STEP_REQUEUE
 } WorkerStep;
 
@@ -310,6 +315,8 @@ worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now, int64 ju
 			result = run_step("SELECT frameq._finish_checked_jobs()", 0, NULL, NULL);
 		else if (step == STEP_SETTLE_LIMITS)
 			result = run_step("SELECT frameq._settle_job_limits()", 0, NULL, NULL);
+		else if (step == STEP_DELAYS)
+			result = run_step("SELECT frameq._delays_ended()", 0, NULL, NULL);
 		else
 		{
 			/*
@@ -372,9 +379,10 @@ worker_step_guarded(WorkerStep step, TimestampTz leases_since, TimestampTz now,
 /*
  * One round: re-arm after start or a clock jump, move the deadlines by a
  * jump (*jump microseconds, zeroed once done), expire, time out, send,
- * and settle the jobs whose finish or limits on failure were left to us.
- * Returns whether a wanted re-arm is done (if not, the next round tries
- * again; expiry need not wait for it: a start or a clock jump also moved
+ * settle the jobs whose finish or limits on failure were left to us, and
+ * make the tasks whose requeue or retry delay has ended bookable.  Returns
+ * whether a wanted re-arm is done (if not, the next round tries again;
+ * expiry need not wait for it: a start or a clock jump also moved
  * leases_since, before which no lease counts).  Timeouts wait for the
  * deadlines to have moved: until then a forward jump would make them look
  * due.
@@ -391,6 +399,7 @@ worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire,
 	int64		finished = 0;
 	int64		settled = 0;
 	int64		requeued = 0;
+	int64		ended = 0;
 	bool		rearm_done = true;
 
 	if (rearm)
@@ -405,6 +414,7 @@ worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire,
 	(void) worker_step_guarded(STEP_SEND_KILLS, leases_since, now, 0, &sent);
 	(void) worker_step_guarded(STEP_FINISH_JOBS, leases_since, now, 0, &finished);
 	(void) worker_step_guarded(STEP_SETTLE_LIMITS, leases_since, now, 0, &settled);
+	(void) worker_step_guarded(STEP_DELAYS, leases_since, now, 0, &ended);
 	(void) worker_step_guarded(STEP_REQUEUE, leases_since, now, 0, &requeued);
 
 	if (expired > 0)

@@ -316,57 +316,16 @@ for line in sys.stdin:
     if p[3] == sys.argv[1]:
         print(line, end="")' "$1"; }
 
-# The server's side of heartbeat's report, complete's oom flag and the
-# booking's progress_pattern (frameq 0.5.0): does this server have it?
-server_takes_reports() {
+# need_reports: the server must take heartbeat's report, complete's oom
+# flag and give the booking's progress_pattern (frameq 0.5.0 on)
+need_reports() {
 	[[ $(q "SELECT count(*) FROM pg_proc WHERE pronamespace = 'frameq'::regnamespace AND
-		((proname = 'heartbeat' AND pronargs = 5) OR (proname = 'complete' AND pronargs = 8))") == 2 ]]
-}
-# stand_in_reports: if it does not, stand-ins for it in this throwaway
-# cluster, so that the agent sends what it sends to a server that has it:
-# a heartbeat that takes a report and a complete that takes oom (both pass
-# the call on without them), and a reserve whose bookings carry the layer's
-# env PROGRESS_PATTERN as their progress_pattern.  STAND_IN=1 then (with
-# the real thing, a layer gives its pattern as progress_pattern).
-STAND_IN=0
-stand_in_reports() {
-	server_takes_reports && return 0
-	STAND_IN=1
-	psql -X -q -At -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
-CREATE FUNCTION frameq.heartbeat(host text, token text, epoch bigint, running bigint[],
-								 report jsonb, OUT lease_ttl interval, OUT kill bigint[])
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM frameq.heartbeat(host, token, epoch, running) $$;
-CREATE FUNCTION frameq.complete(host text, token text, epoch bigint, proc bigint,
-								exit_status int, exit_signal int, max_rss bigint, oom boolean)
-RETURNS text LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $$ SELECT frameq.complete(host, token, epoch, proc, exit_status, exit_signal, max_rss) $$;
-ALTER FUNCTION frameq.reserve(text, text, bigint, int) RENAME TO reserve_without_pattern;
-DO $do$
-BEGIN
-	EXECUTE format($f$
-		CREATE FUNCTION frameq.reserve(host text, token text, epoch bigint, max_frames int DEFAULT NULL)
-		RETURNS TABLE (%s, progress_pattern text)
-		LANGUAGE sql SET search_path = pg_catalog, pg_temp
-		AS $$ SELECT b.*, b.env ->> 'PROGRESS_PATTERN'
-			  FROM frameq.reserve_without_pattern(host, token, epoch, max_frames) b $$ $f$,
-		(SELECT string_agg(format('%I %s', attname, format_type(atttypid, atttypmod)), ', ' ORDER BY attnum)
-		 FROM pg_attribute WHERE attrelid = 'frameq.booking'::regclass AND attnum > 0 AND NOT attisdropped));
-END
-$do$;
-GRANT EXECUTE ON FUNCTION frameq.heartbeat(text, text, bigint, bigint[], jsonb),
-	frameq.complete(text, text, bigint, bigint, int, int, bigint, boolean),
-	frameq.reserve(text, text, bigint, int) TO frameq_agent;
-SQL
-	note "the server has no report, oom flag or progress_pattern yet: stand-ins in this cluster"
+		((proname = 'heartbeat' AND pronargs = 5) OR (proname = 'complete' AND pronargs = 8))") == 2 ]] ||
+		die "this server's frameq has no heartbeat report or complete oom flag"
 }
 # progress_layer PATTERN: the layer JSON that gives a layer that pattern
 progress_layer() {
-	if [[ $STAND_IN == 1 ]]; then
-		psql -X -q -At -v ON_ERROR_STOP=1 -v p="$1" <<<"SELECT jsonb_build_object('env', jsonb_build_object('PROGRESS_PATTERN', :'p'))"
-	else
-		psql -X -q -At -v ON_ERROR_STOP=1 -v p="$1" <<<"SELECT jsonb_build_object('progress_pattern', :'p')"
-	fi
+	psql -X -q -At -v ON_ERROR_STOP=1 -v p="$1" <<<"SELECT jsonb_build_object('progress_pattern', :'p')"
 }
 
 finish() {

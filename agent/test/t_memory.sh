@@ -3,8 +3,7 @@
 # a tree that uses more than its booking plus the host's unbooked memory
 # (--enforce-memory, the default), as the server receives them: complete()'s
 # max_rss and oom arguments, read from the server's log of the agent's calls
-# (log_statement = all for the host's role; stand-ins for frameq 0.5.0's
-# oom flag where the server has none yet: lib.sh, stand_in_reports).
+# (log_statement = all for the host's role), and the run's reason (oom).
 #
 # The renders are real memory hogs: hog.py fills MB megabytes (in 32 MB
 # steps, every page written) in CHILDREN forked processes, or itself, and
@@ -30,7 +29,7 @@ source "$(dirname "$0")/lib.sh"
 start_cluster 3s
 register_host a 2
 register_host b 2
-stand_in_reports
+need_reports
 log_calls a
 log_calls b
 start_agent a --memory 1GB
@@ -97,10 +96,8 @@ rss=$(sent_complete "$p" 6 | tr -d '"')
 [[ $(sent_complete "$p" 5) == '"9"' ]] && ok "the render died of SIGKILL" || fail "exit signal $(sent_complete "$p" 5)"
 agent_log_has a " killed proc=$p .* by=memory why=memory .*oom=yes" ||
 	fail "no killed line: $(grep " proc=$p " "$T/a.log")"
-if [[ $STAND_IN == 0 ]]; then
-	[[ $(q "SELECT reason FROM frameq.runs WHERE proc = $p") == oom ]] && ok "the run ended oom" ||
-		fail "run: $(q "SELECT reason FROM frameq.runs WHERE proc = $p")"
-fi
+[[ $(q "SELECT reason FROM frameq.runs WHERE proc = $p") == oom ]] && ok "the run ended oom" ||
+	fail "run: $(q "SELECT reason FROM frameq.runs WHERE proc = $p")"
 q "SELECT frameq.kill_job($job, 'test over')" >/dev/null 2>&1
 
 # ---- 2: a forked tree, measured through /proc

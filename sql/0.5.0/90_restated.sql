@@ -12,9 +12,11 @@ DROP FUNCTION frameq._frame_queue_waiting();
 
 DROP FUNCTION frameq.heartbeat(text, text, bigint, bigint[]);
 
+DROP FUNCTION frameq.complete(text, text, bigint, bigint, int, int, bigint);
+
 DROP FUNCTION frameq._insert_tasks(bigint, bigint, text, int, bool, bool, bigint[]);
 
-CREATE FUNCTION frameq._duration(value jsonb, field text) RETURNS int
+CREATE FUNCTION frameq._duration(value jsonb, field text, zero_ok bool DEFAULT false) RETURNS int
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	max_seconds constant int := 365 * 86400;
@@ -47,9 +49,9 @@ BEGIN
 			frameq._clip(value::text), max_seconds
 			USING ERRCODE = 'program_limit_exceeded';
 	END IF;
-	IF n IS NULL OR n <= 0 THEN
-		RAISE EXCEPTION '% must be a duration above 0: whole seconds, or a string such as "90s", "2h" or "1h30m", not %',
-			field, frameq._clip(value::text)
+	IF n IS NULL OR n < 0 OR (n = 0 AND NOT zero_ok) THEN
+		RAISE EXCEPTION '% must be a duration%: whole seconds, or a string such as "90s", "2h" or "1h30m", not %',
+			field, CASE WHEN zero_ok THEN '' ELSE ' above 0' END, frameq._clip(value::text)
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Units: d, h, m, s, in that order. Leave the field out for none.';
 	END IF;
@@ -178,7 +180,7 @@ BEGIN
 				   AND x.job OPERATOR(pg_catalog.=) ANY (jobs) FOR UPDATE SKIP LOCKED))
 		   AND NOT EXISTS (SELECT 1 FROM frameq.frame f
 							WHERE f.layer OPERATOR(pg_catalog.=) q.layer
-							  AND f.state OPERATOR(pg_catalog.=) 'waiting');
+							  AND f.state OPERATOR(pg_catalog.=) 'waiting' AND f.not_before IS NULL);
 	END IF;
 	IF pg_catalog.cardinality(parked) OPERATOR(pg_catalog.>) 0 THEN
 		jobs := frameq._claim_jobs(ARRAY(SELECT DISTINCT x.job FROM frameq.dispatch_queue x
@@ -197,6 +199,74 @@ BEGIN
 													  q.min_cc, q.gpus));
 	END IF;
 END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq._queue_waiting_of(jobs bigint[]) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	SELECT frameq._queue_layers(ARRAY(
+		SELECT l.id FROM frameq.layer l
+		  JOIN frameq.job j ON j.id OPERATOR(pg_catalog.=) l.job
+		 WHERE l.job OPERATOR(pg_catalog.=) ANY (jobs)
+		   AND j.state OPERATOR(pg_catalog.=) 'active'
+		   AND EXISTS (SELECT 1 FROM frameq.frame f
+						WHERE f.layer OPERATOR(pg_catalog.=) l.id
+						  AND f.state OPERATOR(pg_catalog.=) 'waiting' AND f.not_before IS NULL)))
+$$;
+
+CREATE OR REPLACE FUNCTION frameq._queue_waiting_layers() RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	SELECT frameq._queue_layers(ARRAY(
+		SELECT l.id FROM frameq.layer l
+		  JOIN frameq.job j ON j.id OPERATOR(pg_catalog.=) l.job
+		 CROSS JOIN LATERAL pg_catalog.unnest(
+				CASE WHEN pg_catalog.cardinality(l.tags) OPERATOR(pg_catalog.=) 0
+					 THEN ARRAY['']::text[] ELSE l.tags END) t(tag)
+		 WHERE j.state OPERATOR(pg_catalog.=) 'active'
+		   AND EXISTS (SELECT 1 FROM frameq.frame f
+						WHERE f.layer OPERATOR(pg_catalog.=) l.id
+						  AND f.state OPERATOR(pg_catalog.=) 'waiting' AND f.not_before IS NULL)
+		   AND NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
+							WHERE q.layer OPERATOR(pg_catalog.=) l.id
+							  AND q.tag OPERATOR(pg_catalog.=) t.tag
+							  AND q.priority OPERATOR(pg_catalog.=) j.priority)))
+$$;
+
+CREATE FUNCTION frameq._spec_requeue(obj jsonb, path text) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	codes jsonb := frameq._spec_value(obj, 'requeue_exit_codes', path, 'array');
+BEGIN
+	IF pg_catalog.jsonb_array_length(codes) > 32 THEN
+		PERFORM frameq._too_big(path || '.requeue_exit_codes',
+			pg_catalog.format('%s codes, at most 32', pg_catalog.jsonb_array_length(codes)));
+	END IF;
+	IF EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(codes) e
+				WHERE CASE WHEN pg_catalog.jsonb_typeof(e) <> 'number' THEN true
+						   ELSE e::numeric <> pg_catalog.trunc(e::numeric) OR e::numeric NOT BETWEEN 1 AND 255
+					  END) THEN
+		RAISE EXCEPTION '%.requeue_exit_codes must be an array of exit statuses from 1 to 255', path
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF (SELECT count(DISTINCT e::numeric) FROM pg_catalog.jsonb_array_elements(codes) e)
+	   <> pg_catalog.jsonb_array_length(codes) THEN
+		RAISE EXCEPTION '%.requeue_exit_codes lists an exit status more than once', path
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	RETURN pg_catalog.jsonb_build_object(
+		'requeue_exit_codes', CASE WHEN codes IS NOT NULL THEN
+			coalesce((SELECT pg_catalog.jsonb_agg(x.e::numeric::int ORDER BY x.o)
+						FROM pg_catalog.jsonb_array_elements(codes) WITH ORDINALITY x(e, o)), '[]') END,
+		'requeue_delay', frameq._duration(obj -> 'requeue_delay', path || '.requeue_delay', true),
+		'max_requeues', frameq._spec_int(obj, 'max_requeues', path, NULL, 0, 1000),
+		'retry_delay', frameq._duration(obj -> 'retry_delay', path || '.retry_delay', true));
+END
+$$;
+
+CREATE FUNCTION frameq._requeue_codes(requeue jsonb) RETURNS int[]
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT CASE WHEN pg_catalog.jsonb_typeof(requeue -> 'requeue_exit_codes') = 'array'
+				THEN ARRAY(SELECT pg_catalog.jsonb_array_elements_text(requeue -> 'requeue_exit_codes')::int)
+		   END
 $$;
 
 CREATE FUNCTION frameq._progress_pattern(obj jsonb, path text) RETURNS text
@@ -239,6 +309,7 @@ DECLARE
 	paused bool;
 	timeout int;
 	timeout_no_output int;
+	requeue jsonb;
 	layers jsonb;
 	layer jsonb;
 	path text;
@@ -259,6 +330,7 @@ DECLARE
 	l_chunk int[] := '{}';
 	l_after jsonb[] := '{}';
 	l_after_frames jsonb[] := '{}';
+	l_requeue jsonb[] := '{}';
 	l_count bigint[] := '{}';
 	l_timeout int[] := '{}';
 	l_timeout_no_output int[] := '{}';
@@ -288,7 +360,8 @@ BEGIN
 	END IF;
 	PERFORM frameq._spec_unknown(spec, ARRAY['show', 'folder', 'name', 'priority',
 		'max_retries', 'auto_eat', 'max_cores', 'max_gpus', 'paused', 'layers', 'after_jobs',
-		'timeout', 'timeout_no_output', 'host_failure_limit', 'max_dead_frames'], 'spec');
+		'timeout', 'timeout_no_output', 'host_failure_limit', 'max_dead_frames',
+		'requeue_exit_codes', 'requeue_delay', 'max_requeues', 'retry_delay'], 'spec');
 
 	v := frameq._spec_value(spec, 'show', 'spec', 'string');
 	IF v IS NULL THEN
@@ -329,6 +402,7 @@ BEGIN
 	after_jobs := frameq._spec_after_jobs(spec);
 	timeout := frameq._duration(spec -> 'timeout', 'spec.timeout');
 	timeout_no_output := frameq._duration(spec -> 'timeout_no_output', 'spec.timeout_no_output');
+	requeue := frameq._spec_requeue(spec, 'spec');
 
 	layers := frameq._spec_value(spec, 'layers', 'spec', 'array');
 	IF layers IS NULL OR jsonb_array_length(layers) = 0 THEN
@@ -348,7 +422,8 @@ BEGIN
 		PERFORM frameq._spec_unknown(layer, ARRAY['name', 'command', 'range', 'cores',
 			'cores_max', 'threadable', 'memory', 'gpus', 'gpu_memory', 'tags', 'limits',
 			'dispatch_order', 'env', 'chunk', 'after', 'after_frames', 'timeout',
-			'timeout_no_output', 'progress_pattern'], path);
+			'timeout_no_output', 'progress_pattern', 'requeue_exit_codes', 'requeue_delay',
+			'max_requeues', 'retry_delay'], path);
 
 		v := frameq._spec_value(layer, 'name', path, 'string');
 		IF v IS NULL OR v #>> '{}' = '' THEN
@@ -420,6 +495,7 @@ BEGIN
 			|| frameq._duration(layer -> 'timeout_no_output', path || '.timeout_no_output');
 		l_progress_pattern := l_progress_pattern || frameq._progress_pattern(layer, path);
 		l_limits := l_limits || to_jsonb(frameq._spec_tags(layer, 'limits', path));
+		l_requeue := l_requeue || frameq._spec_requeue(layer, path);
 		l_after := l_after || to_jsonb(frameq._spec_tags(layer, 'after', path));
 		/* a layer waited for whole is not waited for frame by frame as well */
 		l_after_frames := l_after_frames || to_jsonb(ARRAY(
@@ -451,10 +527,14 @@ BEGIN
 	/* everything checked: write */
 	INSERT INTO frameq.job AS j (show, folder, name, priority, max_retries, auto_eat,
 							max_cc, max_gpus, state, timeout, timeout_no_output,
+							requeue_exit_codes, requeue_delay, max_requeues, retry_delay,
 							host_failure_limit, max_dead_frames)
 	VALUES (show_id, folder_id, job_name, priority, max_retries, auto_eat,
 			max_cc, max_gpus, CASE WHEN paused THEN 'paused' ELSE 'active' END,
-			timeout, timeout_no_output, host_failure_limit, max_dead_frames)
+			timeout, timeout_no_output,
+			frameq._requeue_codes(requeue), (requeue ->> 'requeue_delay')::int,
+			(requeue ->> 'max_requeues')::int, (requeue ->> 'retry_delay')::int,
+			host_failure_limit, max_dead_frames)
 	RETURNING j.id INTO job_id;
 
 	unmet_jobs := frameq._submit_job_depends(job_id, after_jobs);
@@ -462,12 +542,15 @@ BEGIN
 	FOR i IN 1 .. array_length(l_name, 1) LOOP
 		INSERT INTO frameq.layer (job, name, command, dispatch_order, min_cc, max_cc,
 								  threadable, memory, gpus, gpu_memory, tags, env, deps_left,
-								  timeout, timeout_no_output, progress_pattern)
+								  timeout, timeout_no_output, progress_pattern,
+								  requeue_exit_codes, requeue_delay, max_requeues, retry_delay)
 		VALUES (job_id, l_name[i], l_command[i], l_order[i], l_min_cc[i], l_max_cc[i],
 				l_threadable[i], l_memory[i], l_gpus[i], l_gpu_memory[i],
 				ARRAY(SELECT jsonb_array_elements_text(l_tags[i])), l_env[i],
 				unmet_jobs + jsonb_array_length(l_after[i]),
-				l_timeout[i], l_timeout_no_output[i], l_progress_pattern[i])
+				l_timeout[i], l_timeout_no_output[i], l_progress_pattern[i],
+				frameq._requeue_codes(l_requeue[i]), (l_requeue[i] ->> 'requeue_delay')::int,
+				(l_requeue[i] ->> 'max_requeues')::int, (l_requeue[i] ->> 'retry_delay')::int)
 		RETURNING layer.id INTO layer_id;
 		l_id := l_id || layer_id;
 		INSERT INTO frameq.layer_limit (layer, limit_id)
@@ -702,6 +785,13 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION frameq.complete(host text, token text, epoch bigint, proc bigint,
+								exit_status int, exit_signal int DEFAULT 0,
+								max_rss bigint DEFAULT NULL, oom bool DEFAULT false)
+	RETURNS text
+	AS 'MODULE_PATHNAME', 'frameq_complete' LANGUAGE C VOLATILE
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
 CREATE OR REPLACE FUNCTION frameq._kill_order(proc bigint, reason text, want text) RETURNS bool
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -713,6 +803,101 @@ BEGIN
 		   kill_cause = NULL
 	 WHERE x.id = _kill_order.proc;
 	RETURN FOUND;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq._frame_action(frame bigint, reason text, want text, from_states text[],
+									 target text)
+RETURNS text LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	f frameq.frame;
+	p bigint;
+BEGIN
+	FOR attempt IN 1 .. 100 LOOP
+		SELECT x.id INTO p FROM frameq.proc x WHERE x.frame = _frame_action.frame;
+		IF FOUND AND frameq._kill_order(p, reason, want) THEN
+			RETURN 'kill order';
+		END IF;
+		/*
+		 * An operator's retry of a finished frame gives it its retries and
+		 * requeues back; every move here ends a delay (frame.not_before).
+		 */
+		UPDATE frameq.frame x SET state = target, version = x.version + 1,
+			   retries = CASE WHEN target = 'waiting' THEN 0 ELSE x.retries END,
+			   requeues = CASE WHEN target = 'waiting' THEN 0 ELSE x.requeues END,
+			   not_before = NULL
+		 WHERE x.id = _frame_action.frame AND x.state = ANY (from_states)
+		RETURNING * INTO f;
+		IF FOUND THEN
+			IF target = 'waiting' THEN
+				PERFORM frameq._frame_waiting(f.layer, f.number);
+				UPDATE frameq.job j SET state = 'active', finished_at = NULL
+				 WHERE j.id = f.job AND j.state = 'finished';
+				IF f.state = 'waiting' AND EXISTS (SELECT 1 FROM frameq.job j
+													WHERE j.id = f.job AND j.state = 'active') THEN
+					PERFORM frameq._announce_ready(f.job, f.layer, 1);
+				END IF;
+			ELSE
+				/*
+				 * A completion in flight may have seen this frame still
+				 * waiting and left the job open: wait for every one of them
+				 * (a release deletes its proc row, which our KEY SHARE lock
+				 * waits for) before deciding whether the job is finished.
+				 */
+				PERFORM 1 FROM frameq.proc x WHERE x.job = f.job FOR KEY SHARE;
+				PERFORM frameq._finish_job_if_done(f.job);
+			END IF;
+			RETURN target;
+		END IF;
+		SELECT * INTO f FROM frameq.frame x WHERE x.id = _frame_action.frame;
+		IF NOT FOUND THEN
+			RAISE EXCEPTION 'frame % does not exist', frame USING ERRCODE = 'undefined_object';
+		END IF;
+		IF f.state <> 'running' THEN
+			RETURN 'nothing';	/* already in a state this action leaves alone */
+		END IF;
+		/* running but its proc went away between our looks: look again */
+	END LOOP;
+	RAISE EXCEPTION 'frame % kept changing state', frame USING ERRCODE = 'lock_not_available';
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.retry_frame(frame bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	PERFORM frameq._authorize_frame(frame);
+	IF NOT EXISTS (SELECT 1 FROM frameq.frame x WHERE x.id = frameq._not_null(retry_frame.frame, 'frame')) THEN
+		RAISE EXCEPTION 'frame % does not exist', frame USING ERRCODE = 'undefined_object';
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM frameq.proc x WHERE x.frame = retry_frame.frame) THEN
+		/*
+		 * Putting a finished frame back: hold the job row in SHARE mode so
+		 * that neither kill_job nor a completion finishing the job can
+		 * pass us unseen.  (A running frame only gets a kill order, which
+		 * cannot finish or reopen anything.)
+		 */
+		PERFORM 1 FROM frameq.job j JOIN frameq.frame x ON x.job = j.id
+		  WHERE x.id = retry_frame.frame FOR SHARE OF j;
+	END IF;
+	IF EXISTS (SELECT 1 FROM frameq.frame x JOIN frameq.job j ON j.id = x.job
+				WHERE x.id = retry_frame.frame AND j.state = 'killed') THEN
+		RAISE EXCEPTION 'frame % belongs to a killed job', frame
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	IF frameq._end_delay(ARRAY[frame]) > 0 THEN
+		RETURN;
+	END IF;
+	PERFORM frameq._frame_action(frame, 'retried by operator', 'waiting',
+								 ARRAY['succeeded', 'dead', 'eaten'], 'waiting');
+	/*
+	 * A kill_job may have committed while we waited for the frame's proc:
+	 * look again, and undo everything (by failing) if the job is killed.
+	 */
+	IF EXISTS (SELECT 1 FROM frameq.frame x JOIN frameq.job j ON j.id = x.job
+				WHERE x.id = retry_frame.frame AND j.state = 'killed') THEN
+		RAISE EXCEPTION 'frame % belongs to a killed job', frame
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
 END
 $$;
 
@@ -743,6 +928,17 @@ BEGIN
 						  json_build_object('job', job, 'layer', layer, 'count', count)::text);
 	END IF;
 END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq._announce_job_ready(job bigint) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	SELECT frameq._announce_ready(job, l.id, w.n)
+	  FROM frameq.layer l
+	 CROSS JOIN LATERAL (SELECT count(*) AS n FROM frameq.frame f
+						  WHERE f.layer = l.id AND f.state = 'waiting' AND f.not_before IS NULL) w
+	 WHERE l.job = _announce_job_ready.job AND w.n > 0
+	   AND EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = _announce_job_ready.job AND j.state = 'active')
+	 ORDER BY l.id
 $$;
 
 CREATE OR REPLACE FUNCTION frameq._free_tasks(tasks bigint[]) RETURNS bigint
@@ -879,7 +1075,8 @@ BEGIN
 		END IF;
 		queued := false;
 	END IF;
-	IF NOT queued THEN
+	/* a delayed task is not bookable yet: the worker queues it when it is */
+	IF NOT queued AND NEW.not_before IS NULL THEN
 		PERFORM frameq._queue_layers(ARRAY[NEW.layer]);
 	END IF;
 	RETURN NEW;
@@ -1139,11 +1336,51 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION frameq._end_delay(tasks bigint[]) RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	r record;
+	layers bigint[] := '{}';
+	n bigint := 0;
+BEGIN
+	FOR r IN WITH ended AS (
+				UPDATE frameq.frame f SET not_before = NULL
+				 WHERE f.id = ANY (tasks) AND f.not_before IS NOT NULL
+				RETURNING f.job, f.layer, f.number, f.state)
+			 SELECT x.job, x.layer, min(x.number) FILTER (WHERE x.state = 'waiting') AS low,
+					count(*) FILTER (WHERE x.state = 'waiting') AS bookable, count(*) AS ended
+			   FROM ended x GROUP BY x.job, x.layer ORDER BY x.layer LOOP
+		IF r.bookable > 0 THEN
+			PERFORM frameq._frame_waiting(r.layer, r.low), frameq._announce_ready(r.job, r.layer, r.bookable);
+			layers := layers || r.layer;
+		END IF;
+		n := n + r.ended;
+	END LOOP;
+	IF cardinality(layers) > 0 THEN
+		PERFORM frameq._queue_layers(layers);
+	END IF;
+	RETURN n;
+END
+$$;
+
+CREATE FUNCTION frameq._delays_ended() RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	due timestamptz := clock_timestamp();
+BEGIN
+	RETURN frameq._end_delay(ARRAY(
+		SELECT f.id FROM frameq.frame f
+		 WHERE f.state = 'waiting' AND f.not_before IS NOT NULL AND f.not_before <= due
+		 ORDER BY f.not_before LIMIT 10000
+		   FOR NO KEY UPDATE SKIP LOCKED));
+END
+$$;
+
 CREATE OR REPLACE VIEW frameq.frames AS
 SELECT f.id AS frame, f.job, f.layer, f.number AS frame_number, f.state, f.retries,
 	   f.attempts, p.id AS proc, h.name AS host, p.state AS proc_state,
 	   frameq._frame_spec(f.number, f.numbers) AS frame_spec,
-	   p.last_line, p.progress, p.last_output_at
+	   p.last_line, p.progress, p.last_output_at, f.requeues, f.not_before
   FROM frameq.frame f
   LEFT JOIN frameq.proc p ON p.frame = f.id
   LEFT JOIN frameq.host h ON h.id = p.host;
@@ -1158,7 +1395,8 @@ SELECT j.id AS job, j.name, j.state,
 	   count(f.id) FILTER (WHERE f.state = 'dead') AS dead,
 	   count(f.id) FILTER (WHERE f.state = 'eaten') AS eaten,
 	   count(f.id) + coalesce(sum(pg_catalog.cardinality(f.numbers) - 1), 0) AS frames_total,
-	   CASE WHEN j.state = 'paused' THEN coalesce(j.paused_reason, 'operator') END AS paused_reason
+	   CASE WHEN j.state = 'paused' THEN coalesce(j.paused_reason, 'operator') END AS paused_reason,
+	   count(f.id) FILTER (WHERE f.state = 'waiting' AND f.not_before IS NOT NULL) AS delayed
   FROM frameq.job j
   LEFT JOIN frameq.frame f ON f.job = j.id
  GROUP BY j.id;
@@ -1171,6 +1409,8 @@ SELECT b.job, h.name AS host, b.failures, b.blocked_at AS since
 
 CREATE OR REPLACE FUNCTION frameq.check() RETURNS TABLE (invariant text, detail text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	late timestamptz;	/* a delay that ended before this is overdue */
 BEGIN
 	PERFORM frameq._ledger_ensure();
 	PERFORM frameq._requeue_after_rebuild();
@@ -1286,7 +1526,8 @@ BEGIN
 	SELECT 'dispatch order', format('frame %s of layer %s is waiting below the layer''s dispatch hint %s',
 									f.id, f.layer, d.low)
 	  FROM frameq._dispatch_hints() d
-	  JOIN frameq.frame f ON f.layer = d.layer AND f.state = 'waiting' AND f.number < d.low;
+	  JOIN frameq.frame f ON f.layer = d.layer AND f.state = 'waiting' AND f.not_before IS NULL
+						  AND f.number < d.low;
 
 	/*
 	 * A row per tag, of the job's show, resources and size classes, at any
@@ -1307,7 +1548,8 @@ BEGIN
 	   AND NOT frameq._parked_over_cap(j.id, coalesce(j.max_cc, -1), coalesce(j.max_gpus, -1),
 									   j.folder, coalesce(fo.max_cc, -1), coalesce(fo.max_gpus, -1),
 									   l.min_cc, l.gpus)
-	   AND EXISTS (SELECT 1 FROM frameq.frame f WHERE f.layer = l.id AND f.state = 'waiting')
+	   AND EXISTS (SELECT 1 FROM frameq.frame f
+					WHERE f.layer = l.id AND f.state = 'waiting' AND f.not_before IS NULL)
 	   AND NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
 						WHERE q.layer = l.id AND q.job = j.id AND q.show = j.show AND q.tag = t.tag
 						  AND q.gpu = (l.gpus > 0) AND q.dispatch_order = l.dispatch_order
@@ -1315,6 +1557,19 @@ BEGIN
 							  = (l.min_cc, l.memory, l.gpus, l.gpu_memory)
 						  AND (q.mem_class, q.core_class)
 							  = (frameq._memory_class(l.memory), frameq._cores_class(l.min_cc)));
+
+	/*
+	 * A delayed task is not bookable, so none of the above asks about it;
+	 * what must hold instead is that the worker ends its delay within a
+	 * round of its time.  A minute's slack, for a worker between restarts.
+	 */
+	late := clock_timestamp() - interval '1 minute';
+	RETURN QUERY
+	SELECT 'no waiting frame is passed over',
+		   format('task %s is still delayed, %s after its delay ended', f.id,
+				  date_trunc('second', clock_timestamp() - f.not_before))
+	  FROM frameq.frame f
+	 WHERE f.state = 'waiting' AND f.not_before IS NOT NULL AND f.not_before < late;
 
 	RETURN QUERY
 	SELECT 'no waiting frame is passed over',
@@ -1441,7 +1696,7 @@ END
 $$;
 
 REVOKE ALL ON FUNCTION
-	frameq._duration(jsonb, text),
+	frameq._duration(jsonb, text, bool),
 	frameq._failed_state(bigint),
 	frameq._default_host_failure_limit(),
 	frameq._job_blocks_mark(bigint),
@@ -1450,14 +1705,19 @@ REVOKE ALL ON FUNCTION
 	frameq._hold_job(bigint),
 	frameq._claim_jobs(bigint[]),
 	frameq._lock_job(bigint),
+	frameq._spec_requeue(jsonb, text),
+	frameq._requeue_codes(jsonb),
 	frameq._progress_pattern(jsonb, text),
 	frameq._report_entries(jsonb),
 	frameq._take_report(int, bigint, jsonb),
 	frameq.heartbeat(text, text, bigint, bigint[], jsonb),
+	frameq.complete(text, text, bigint, bigint, int, int, bigint, bool),
 	frameq.unblock_host(bigint, text),
 	frameq._frees_once(),
 	frameq._insert_tasks(bigint, bigint, text, int, bool, bool, bigint[], bool[]),
 	frameq._time_out(timestamptz),
 	frameq._shift_deadlines(interval),
-	frameq._settle_job_limits()
+	frameq._settle_job_limits(),
+	frameq._end_delay(bigint[]),
+	frameq._delays_ended()
 	FROM PUBLIC;

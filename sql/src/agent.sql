@@ -245,10 +245,13 @@ CREATE FUNCTION frameq.reserve(host text, token text, epoch bigint,
 	AS 'MODULE_PATHNAME', 'frameq_reserve' LANGUAGE C VOLATILE
 	SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 
-/* a render ended: release its proc and settle its frame (src/release.c) */
+/*
+ * a render ended: release its proc and settle its frame (src/release.c);
+ * oom: the agent killed it for memory, or has proof that the kernel did
+ */
 CREATE FUNCTION frameq.complete(host text, token text, epoch bigint, proc bigint,
 								exit_status int, exit_signal int DEFAULT 0,
-								max_rss bigint DEFAULT NULL)
+								max_rss bigint DEFAULT NULL, oom bool DEFAULT false)
 	RETURNS text
 	AS 'MODULE_PATHNAME', 'frameq_complete' LANGUAGE C VOLATILE
 	SECURITY DEFINER SET search_path = pg_catalog, pg_temp;

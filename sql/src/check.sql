@@ -22,10 +22,14 @@ CREATE FUNCTION frameq._proc_usage(OUT kind text, OUT id bigint, OUT id2 bigint,
  * frame is passed over" is checked as far as the database can show it:
  * every layer of an active job that has a waiting frame has a dispatch
  * queue row for each tag it asks for, unless its job or folder is parked
- * over its cap (dispatch.sql).
+ * over its cap (dispatch.sql); a delayed task is not waiting for this
+ * until the worker ends its delay, which must be within a round of its
+ * time (worker.sql, "Delays").
  */
 CREATE FUNCTION frameq.check() RETURNS TABLE (invariant text, detail text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	late timestamptz;	/* a delay that ended before this is overdue */
 BEGIN
 	PERFORM frameq._ledger_ensure();
 	PERFORM frameq._requeue_after_rebuild();
@@ -141,7 +145,8 @@ BEGIN
 	SELECT 'dispatch order', format('frame %s of layer %s is waiting below the layer''s dispatch hint %s',
 									f.id, f.layer, d.low)
 	  FROM frameq._dispatch_hints() d
-	  JOIN frameq.frame f ON f.layer = d.layer AND f.state = 'waiting' AND f.number < d.low;
+	  JOIN frameq.frame f ON f.layer = d.layer AND f.state = 'waiting' AND f.not_before IS NULL
+						  AND f.number < d.low;
 
 	/*
 	 * A row per tag, of the job's show, resources and size classes, at any
@@ -162,7 +167,8 @@ BEGIN
 	   AND NOT frameq._parked_over_cap(j.id, coalesce(j.max_cc, -1), coalesce(j.max_gpus, -1),
 									   j.folder, coalesce(fo.max_cc, -1), coalesce(fo.max_gpus, -1),
 									   l.min_cc, l.gpus)
-	   AND EXISTS (SELECT 1 FROM frameq.frame f WHERE f.layer = l.id AND f.state = 'waiting')
+	   AND EXISTS (SELECT 1 FROM frameq.frame f
+					WHERE f.layer = l.id AND f.state = 'waiting' AND f.not_before IS NULL)
 	   AND NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
 						WHERE q.layer = l.id AND q.job = j.id AND q.show = j.show AND q.tag = t.tag
 						  AND q.gpu = (l.gpus > 0) AND q.dispatch_order = l.dispatch_order
@@ -170,6 +176,19 @@ BEGIN
 							  = (l.min_cc, l.memory, l.gpus, l.gpu_memory)
 						  AND (q.mem_class, q.core_class)
 							  = (frameq._memory_class(l.memory), frameq._cores_class(l.min_cc)));
+
+	/*
+	 * A delayed task is not bookable, so none of the above asks about it;
+	 * what must hold instead is that the worker ends its delay within a
+	 * round of its time.  A minute's slack, for a worker between restarts.
+	 */
+	late := clock_timestamp() - interval '1 minute';
+	RETURN QUERY
+	SELECT 'no waiting frame is passed over',
+		   format('task %s is still delayed, %s after its delay ended', f.id,
+				  date_trunc('second', clock_timestamp() - f.not_before))
+	  FROM frameq.frame f
+	 WHERE f.state = 'waiting' AND f.not_before IS NOT NULL AND f.not_before < late;
 
 	RETURN QUERY
 	SELECT 'no waiting frame is passed over',

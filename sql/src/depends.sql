@@ -97,7 +97,7 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 	SELECT frameq._announce_ready(job, l.id, w.n)
 	  FROM frameq.layer l
 	 CROSS JOIN LATERAL (SELECT count(*) AS n FROM frameq.frame f
-						  WHERE f.layer = l.id AND f.state = 'waiting') w
+						  WHERE f.layer = l.id AND f.state = 'waiting' AND f.not_before IS NULL) w
 	 WHERE l.job = _announce_job_ready.job AND w.n > 0
 	   AND EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = _announce_job_ready.job AND j.state = 'active')
 	 ORDER BY l.id
@@ -342,7 +342,8 @@ CREATE TRIGGER job_prereq_done AFTER UPDATE OF state ON frameq.job
 /*
  * The gate: a task made waiting that something still holds is 'depend'
  * instead, and one that stays waiting has its layer queued
- * (_queue_layers).  Its layer's count may be changing under us:
+ * (_queue_layers), unless it is delayed (not_before: the worker queues
+ * it when its delay ends).  Its layer's count may be changing under us:
  * depend_job() raises it (the only raise), a dependency met lowers it.  A
  * raise is kept out by the job's dispatch lock (src/frameq.h), which
  * depend_job() takes in EXCLUSIVE before it raises the count and moves the
@@ -388,7 +389,8 @@ BEGIN
 		END IF;
 		queued := false;
 	END IF;
-	IF NOT queued THEN
+	/* a delayed task is not bookable yet: the worker queues it when it is */
+	IF NOT queued AND NEW.not_before IS NULL THEN
 		PERFORM frameq._queue_layers(ARRAY[NEW.layer]);
 	END IF;
 	RETURN NEW;

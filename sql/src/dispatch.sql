@@ -15,6 +15,11 @@
  * GPU layers only if it has GPUs), so layers it cannot run by tags or GPUs
  * are never read, and the resource minimums are index conditions.
  *
+ * Here "waiting" means bookable: a task whose requeue or retry delay has
+ * not ended (frame.not_before set) is 'waiting' to its users but counts
+ * as not waiting for all of this, and is in no index that reserve()
+ * reads; the worker queues its layer when its delay ends.
+ *
  * The rows are a superset: a row may name a layer that has no waiting
  * frame left, or carry a job priority that has since changed.  reserve()
  * deletes such rows when it meets them.  What must never happen is a
@@ -23,7 +28,8 @@
  * holds without any waiting:
  *
  * - rows are only inserted, by whoever makes a frame waiting (the triggers
- *	 below: submit, a release to waiting, retry_frame, a dependency met),
+ *	 below: submit, a release to waiting, retry_frame, a dependency met;
+ *	 the worker, when a delayed task's time comes: worker.sql),
  *	 and by set_job when a job is resumed or its priority changes (all of
  *	 the job's layers: it need not see a release in flight); one who finds
  *	 the layer's row there already holds it (FOR KEY SHARE) to its end
@@ -277,7 +283,7 @@ BEGIN
 				   AND x.job OPERATOR(pg_catalog.=) ANY (jobs) FOR UPDATE SKIP LOCKED))
 		   AND NOT EXISTS (SELECT 1 FROM frameq.frame f
 							WHERE f.layer OPERATOR(pg_catalog.=) q.layer
-							  AND f.state OPERATOR(pg_catalog.=) 'waiting');
+							  AND f.state OPERATOR(pg_catalog.=) 'waiting' AND f.not_before IS NULL);
 	END IF;
 	IF pg_catalog.cardinality(parked) OPERATOR(pg_catalog.>) 0 THEN
 		jobs := frameq._claim_jobs(ARRAY(SELECT DISTINCT x.job FROM frameq.dispatch_queue x
@@ -314,7 +320,7 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 		   AND j.state OPERATOR(pg_catalog.=) 'active'
 		   AND EXISTS (SELECT 1 FROM frameq.frame f
 						WHERE f.layer OPERATOR(pg_catalog.=) l.id
-						  AND f.state OPERATOR(pg_catalog.=) 'waiting')))
+						  AND f.state OPERATOR(pg_catalog.=) 'waiting' AND f.not_before IS NULL)))
 $$;
 
 /* a release of a parked job (src/release.c) */
@@ -349,7 +355,7 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 		 WHERE j.state OPERATOR(pg_catalog.=) 'active'
 		   AND EXISTS (SELECT 1 FROM frameq.frame f
 						WHERE f.layer OPERATOR(pg_catalog.=) l.id
-						  AND f.state OPERATOR(pg_catalog.=) 'waiting')
+						  AND f.state OPERATOR(pg_catalog.=) 'waiting' AND f.not_before IS NULL)
 		   AND NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
 							WHERE q.layer OPERATOR(pg_catalog.=) l.id
 							  AND q.tag OPERATOR(pg_catalog.=) t.tag

@@ -54,7 +54,7 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION
 	frameq.attach(text, text, text), frameq.heartbeat(text, text, bigint, bigint[], jsonb),
 	frameq.reserve(text, text, bigint, int),
-	frameq.complete(text, text, bigint, bigint, int, int, bigint)
+	frameq.complete(text, text, bigint, bigint, int, int, bigint, bool)
 	TO frameq_agent;
 /* a render fences its output with owns(); a reader may ask too */
 GRANT EXECUTE ON FUNCTION frameq.owns(bigint, text) TO frameq_agent, frameq_reader;

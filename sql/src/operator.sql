@@ -46,9 +46,14 @@ BEGIN
 		IF FOUND AND frameq._kill_order(p, reason, want) THEN
 			RETURN 'kill order';
 		END IF;
-		/* an operator's retry of a finished frame gives it its retries back */
+		/*
+		 * An operator's retry of a finished frame gives it its retries and
+		 * requeues back; every move here ends a delay (frame.not_before).
+		 */
 		UPDATE frameq.frame x SET state = target, version = x.version + 1,
-			   retries = CASE WHEN target = 'waiting' THEN 0 ELSE x.retries END
+			   retries = CASE WHEN target = 'waiting' THEN 0 ELSE x.retries END,
+			   requeues = CASE WHEN target = 'waiting' THEN 0 ELSE x.requeues END,
+			   not_before = NULL
 		 WHERE x.id = _frame_action.frame AND x.state = ANY (from_states)
 		RETURNING * INTO f;
 		IF FOUND THEN
@@ -107,7 +112,9 @@ $$;
 
 /*
  * run a frame again: a finished one (succeeded, dead, eaten) is waiting at
- * once, with its retries back; a running one gets a kill order for waiting
+ * once, with its retries and requeues back; a running one gets a kill
+ * order for waiting; a delayed one (a requeue or retry delay) has its
+ * delay ended, and is bookable at once
  */
 CREATE FUNCTION frameq.retry_frame(frame bigint) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -130,6 +137,9 @@ BEGIN
 				WHERE x.id = retry_frame.frame AND j.state = 'killed') THEN
 		RAISE EXCEPTION 'frame % belongs to a killed job', frame
 			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	IF frameq._end_delay(ARRAY[frame]) > 0 THEN
+		RETURN;
 	END IF;
 	PERFORM frameq._frame_action(frame, 'retried by operator', 'waiting',
 								 ARRAY['succeeded', 'dead', 'eaten'], 'waiting');

@@ -133,6 +133,17 @@ CREATE TABLE frameq.job (
 	timeout		int CHECK (timeout > 0),
 	timeout_no_output int CHECK (timeout_no_output > 0),
 	/*
+	 * Requeues and retry delays (submit's fields of these names): the
+	 * defaults of the job's layers; NULL: frameq's default (src/frameq.h,
+	 * FRAMEQ_DEFAULT_*).  Exit statuses, distinct, at most 32 of them.
+	 */
+	requeue_exit_codes int[] CHECK (pg_catalog.cardinality(requeue_exit_codes) OPERATOR(pg_catalog.<=) 32
+									AND 1 OPERATOR(pg_catalog.<=) ALL (requeue_exit_codes)
+									AND 255 OPERATOR(pg_catalog.>=) ALL (requeue_exit_codes)),
+	requeue_delay int CHECK (requeue_delay >= 0),		/* seconds */
+	max_requeues int CHECK (max_requeues BETWEEN 0 AND 1000),
+	retry_delay int CHECK (retry_delay >= 0),			/* seconds */
+	/*
 	 * Job limits on failure (limits.c): failed runs on one host before the
 	 * host gets no more of the job's tasks (NULL: the default,
 	 * _default_host_failure_limit(); 0: never), and dead tasks at which
@@ -183,7 +194,14 @@ CREATE TABLE frameq.layer (
 	timeout		int CHECK (timeout > 0),
 	timeout_no_output int CHECK (timeout_no_output > 0),
 	/* a regular expression whose first group is the render's percentage (the agent matches it) */
-	progress_pattern text
+	progress_pattern text,
+	/* requeues and retry delays, as in job; NULL: the job's current value */
+	requeue_exit_codes int[] CHECK (pg_catalog.cardinality(requeue_exit_codes) OPERATOR(pg_catalog.<=) 32
+									AND 1 OPERATOR(pg_catalog.<=) ALL (requeue_exit_codes)
+									AND 255 OPERATOR(pg_catalog.>=) ALL (requeue_exit_codes)),
+	requeue_delay int CHECK (requeue_delay >= 0),
+	max_requeues int CHECK (max_requeues BETWEEN 0 AND 1000),
+	retry_delay int CHECK (retry_delay >= 0)
 );
 CREATE INDEX layer_job ON frameq.layer (job, dispatch_order, id);
 
@@ -249,10 +267,26 @@ CREATE TABLE frameq.frame (
 	 * by number (depend kind 'frames'), and its first end, which clears
 	 * this, has yet to meet them
 	 */
-	frees_by_number bool NOT NULL DEFAULT false
+	frees_by_number bool NOT NULL DEFAULT false,
+	/* runs that ended with one of the layer's requeue exit codes and were requeued */
+	requeues	int NOT NULL DEFAULT 0 CHECK (requeues >= 0),
+	/*
+	 * A delayed task (a requeue or a retry delay): 'waiting' as users see
+	 * it, but not bookable before this time, and not bookable at all until
+	 * the background worker clears it (worker.sql, _delays_ended).  Kept
+	 * while dependencies hold the task; cleared when it ends otherwise.
+	 */
+	not_before	timestamptz CHECK (not_before IS NULL OR state IN ('waiting', 'depend'))
 );
-/* the next waiting frame of a layer, without reading the rest of the backlog */
-CREATE INDEX frame_waiting ON frameq.frame (layer, number) WHERE state = 'waiting';
+/*
+ * The next bookable frame of a layer, without reading the rest of the
+ * backlog.  A delayed task is not in it, so no booking ever reads one.
+ */
+CREATE INDEX frame_waiting ON frameq.frame (layer, number)
+	WHERE state = 'waiting' AND not_before IS NULL;
+/* the delayed tasks by when they are due: the worker's one probe a round */
+CREATE INDEX frame_delayed ON frameq.frame (not_before)
+	WHERE state = 'waiting' AND not_before IS NOT NULL;
 /* is anything of this job still live?  (finishing a job, progress) */
 CREATE INDEX frame_live ON frameq.frame (job, state)
 	WHERE state IN ('waiting', 'depend', 'running');

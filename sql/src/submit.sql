@@ -220,6 +220,53 @@ END
 $$;
 
 /*
+ * A job's or a layer's requeue and retry-delay fields, checked, as one
+ * object with each of the four keys present (null where the spec has
+ * none: a layer's null follows its job's value, a job's is frameq's
+ * default): requeue_exit_codes (distinct exit statuses 1 to 255, at most
+ * 32; [] is a value, none), requeue_delay and retry_delay (durations, in
+ * seconds), max_requeues (0 to 1000).
+ */
+CREATE FUNCTION frameq._spec_requeue(obj jsonb, path text) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	codes jsonb := frameq._spec_value(obj, 'requeue_exit_codes', path, 'array');
+BEGIN
+	IF pg_catalog.jsonb_array_length(codes) > 32 THEN
+		PERFORM frameq._too_big(path || '.requeue_exit_codes',
+			pg_catalog.format('%s codes, at most 32', pg_catalog.jsonb_array_length(codes)));
+	END IF;
+	IF EXISTS (SELECT 1 FROM pg_catalog.jsonb_array_elements(codes) e
+				WHERE CASE WHEN pg_catalog.jsonb_typeof(e) <> 'number' THEN true
+						   ELSE e::numeric <> pg_catalog.trunc(e::numeric) OR e::numeric NOT BETWEEN 1 AND 255
+					  END) THEN
+		RAISE EXCEPTION '%.requeue_exit_codes must be an array of exit statuses from 1 to 255', path
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF (SELECT count(DISTINCT e::numeric) FROM pg_catalog.jsonb_array_elements(codes) e)
+	   <> pg_catalog.jsonb_array_length(codes) THEN
+		RAISE EXCEPTION '%.requeue_exit_codes lists an exit status more than once', path
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	RETURN pg_catalog.jsonb_build_object(
+		'requeue_exit_codes', CASE WHEN codes IS NOT NULL THEN
+			coalesce((SELECT pg_catalog.jsonb_agg(x.e::numeric::int ORDER BY x.o)
+						FROM pg_catalog.jsonb_array_elements(codes) WITH ORDINALITY x(e, o)), '[]') END,
+		'requeue_delay', frameq._duration(obj -> 'requeue_delay', path || '.requeue_delay', true),
+		'max_requeues', frameq._spec_int(obj, 'max_requeues', path, NULL, 0, 1000),
+		'retry_delay', frameq._duration(obj -> 'retry_delay', path || '.retry_delay', true));
+END
+$$;
+
+/* the exit codes of a _spec_requeue object as a column's value (NULL: none given) */
+CREATE FUNCTION frameq._requeue_codes(requeue jsonb) RETURNS int[]
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT CASE WHEN pg_catalog.jsonb_typeof(requeue -> 'requeue_exit_codes') = 'array'
+				THEN ARRAY(SELECT pg_catalog.jsonb_array_elements_text(requeue -> 'requeue_exit_codes')::int)
+		   END
+$$;
+
+/*
  * The longest a layer's command becomes, in bytes, once the agent-side
  * tokens are replaced for any of its tasks (src/booking.c expand_command:
  * #FRAME#, #FRAME_START#, #FRAME_END#, #ZFRAME# (zero-padded to 4), #JOB#,
@@ -346,6 +393,7 @@ DECLARE
 	paused bool;
 	timeout int;
 	timeout_no_output int;
+	requeue jsonb;
 	layers jsonb;
 	layer jsonb;
 	path text;
@@ -366,6 +414,7 @@ DECLARE
 	l_chunk int[] := '{}';
 	l_after jsonb[] := '{}';
 	l_after_frames jsonb[] := '{}';
+	l_requeue jsonb[] := '{}';
 	l_count bigint[] := '{}';
 	l_timeout int[] := '{}';
 	l_timeout_no_output int[] := '{}';
@@ -395,7 +444,8 @@ BEGIN
 	END IF;
 	PERFORM frameq._spec_unknown(spec, ARRAY['show', 'folder', 'name', 'priority',
 		'max_retries', 'auto_eat', 'max_cores', 'max_gpus', 'paused', 'layers', 'after_jobs',
-		'timeout', 'timeout_no_output', 'host_failure_limit', 'max_dead_frames'], 'spec');
+		'timeout', 'timeout_no_output', 'host_failure_limit', 'max_dead_frames',
+		'requeue_exit_codes', 'requeue_delay', 'max_requeues', 'retry_delay'], 'spec');
 
 	v := frameq._spec_value(spec, 'show', 'spec', 'string');
 	IF v IS NULL THEN
@@ -436,6 +486,7 @@ BEGIN
 	after_jobs := frameq._spec_after_jobs(spec);
 	timeout := frameq._duration(spec -> 'timeout', 'spec.timeout');
 	timeout_no_output := frameq._duration(spec -> 'timeout_no_output', 'spec.timeout_no_output');
+	requeue := frameq._spec_requeue(spec, 'spec');
 
 	layers := frameq._spec_value(spec, 'layers', 'spec', 'array');
 	IF layers IS NULL OR jsonb_array_length(layers) = 0 THEN
@@ -455,7 +506,8 @@ BEGIN
 		PERFORM frameq._spec_unknown(layer, ARRAY['name', 'command', 'range', 'cores',
 			'cores_max', 'threadable', 'memory', 'gpus', 'gpu_memory', 'tags', 'limits',
 			'dispatch_order', 'env', 'chunk', 'after', 'after_frames', 'timeout',
-			'timeout_no_output', 'progress_pattern'], path);
+			'timeout_no_output', 'progress_pattern', 'requeue_exit_codes', 'requeue_delay',
+			'max_requeues', 'retry_delay'], path);
 
 		v := frameq._spec_value(layer, 'name', path, 'string');
 		IF v IS NULL OR v #>> '{}' = '' THEN
@@ -527,6 +579,7 @@ BEGIN
 			|| frameq._duration(layer -> 'timeout_no_output', path || '.timeout_no_output');
 		l_progress_pattern := l_progress_pattern || frameq._progress_pattern(layer, path);
 		l_limits := l_limits || to_jsonb(frameq._spec_tags(layer, 'limits', path));
+		l_requeue := l_requeue || frameq._spec_requeue(layer, path);
 		l_after := l_after || to_jsonb(frameq._spec_tags(layer, 'after', path));
 		/* a layer waited for whole is not waited for frame by frame as well */
 		l_after_frames := l_after_frames || to_jsonb(ARRAY(
@@ -558,10 +611,14 @@ BEGIN
 	/* everything checked: write */
 	INSERT INTO frameq.job AS j (show, folder, name, priority, max_retries, auto_eat,
 							max_cc, max_gpus, state, timeout, timeout_no_output,
+							requeue_exit_codes, requeue_delay, max_requeues, retry_delay,
 							host_failure_limit, max_dead_frames)
 	VALUES (show_id, folder_id, job_name, priority, max_retries, auto_eat,
 			max_cc, max_gpus, CASE WHEN paused THEN 'paused' ELSE 'active' END,
-			timeout, timeout_no_output, host_failure_limit, max_dead_frames)
+			timeout, timeout_no_output,
+			frameq._requeue_codes(requeue), (requeue ->> 'requeue_delay')::int,
+			(requeue ->> 'max_requeues')::int, (requeue ->> 'retry_delay')::int,
+			host_failure_limit, max_dead_frames)
 	RETURNING j.id INTO job_id;
 
 	unmet_jobs := frameq._submit_job_depends(job_id, after_jobs);
@@ -569,12 +626,15 @@ BEGIN
 	FOR i IN 1 .. array_length(l_name, 1) LOOP
 		INSERT INTO frameq.layer (job, name, command, dispatch_order, min_cc, max_cc,
 								  threadable, memory, gpus, gpu_memory, tags, env, deps_left,
-								  timeout, timeout_no_output, progress_pattern)
+								  timeout, timeout_no_output, progress_pattern,
+								  requeue_exit_codes, requeue_delay, max_requeues, retry_delay)
 		VALUES (job_id, l_name[i], l_command[i], l_order[i], l_min_cc[i], l_max_cc[i],
 				l_threadable[i], l_memory[i], l_gpus[i], l_gpu_memory[i],
 				ARRAY(SELECT jsonb_array_elements_text(l_tags[i])), l_env[i],
 				unmet_jobs + jsonb_array_length(l_after[i]),
-				l_timeout[i], l_timeout_no_output[i], l_progress_pattern[i])
+				l_timeout[i], l_timeout_no_output[i], l_progress_pattern[i],
+				frameq._requeue_codes(l_requeue[i]), (l_requeue[i] ->> 'requeue_delay')::int,
+				(l_requeue[i] ->> 'max_requeues')::int, (l_requeue[i] ->> 'retry_delay')::int)
 		RETURNING layer.id INTO layer_id;
 		l_id := l_id || layer_id;
 		INSERT INTO frameq.layer_limit (layer, limit_id)

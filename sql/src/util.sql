@@ -216,10 +216,11 @@ $$;
  * number of seconds, or a string of one or more of <n>d, <n>h, <n>m, <n>s
  * in that order ("90s", "2h", "1h30m", "1d12h").  NULL for SQL NULL or a
  * JSON null (the field is absent).  0 is refused like a negative number
- * (absent means none); past 365 days is 54000.  field names the field in
- * messages (spec.layers[0].timeout).  The one place durations are read.
+ * (for a timeout, absent means none) unless zero_ok (a delay of 0 is no
+ * delay); past 365 days is 54000.  field names the field in messages
+ * (spec.layers[0].timeout).  The one place durations are read.
  */
-CREATE FUNCTION frameq._duration(value jsonb, field text) RETURNS int
+CREATE FUNCTION frameq._duration(value jsonb, field text, zero_ok bool DEFAULT false) RETURNS int
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	max_seconds constant int := 365 * 86400;
@@ -252,9 +253,9 @@ BEGIN
 			frameq._clip(value::text), max_seconds
 			USING ERRCODE = 'program_limit_exceeded';
 	END IF;
-	IF n IS NULL OR n <= 0 THEN
-		RAISE EXCEPTION '% must be a duration above 0: whole seconds, or a string such as "90s", "2h" or "1h30m", not %',
-			field, frameq._clip(value::text)
+	IF n IS NULL OR n < 0 OR (n = 0 AND NOT zero_ok) THEN
+		RAISE EXCEPTION '% must be a duration%: whole seconds, or a string such as "90s", "2h" or "1h30m", not %',
+			field, CASE WHEN zero_ok THEN '' ELSE ' above 0' END, frameq._clip(value::text)
 			USING ERRCODE = 'invalid_parameter_value',
 				  HINT = 'Units: d, h, m, s, in that order. Leave the field out for none.';
 	END IF;

@@ -8,13 +8,15 @@
 /*
  * every frame row (a task: one frame number, or a chunk of them), with its
  * proc and host while it runs, and what its agent last reported of the
- * render (heartbeat); frame_number is the task's first number
+ * render (heartbeat); frame_number is the task's first number; not_before
+ * is set while a waiting task is delayed (a requeue or a retry delay), as
+ * it was set: the worker clears it within a round of that time
  */
 CREATE VIEW frameq.frames AS
 SELECT f.id AS frame, f.job, f.layer, f.number AS frame_number, f.state, f.retries,
 	   f.attempts, p.id AS proc, h.name AS host, p.state AS proc_state,
 	   frameq._frame_spec(f.number, f.numbers) AS frame_spec,
-	   p.last_line, p.progress, p.last_output_at
+	   p.last_line, p.progress, p.last_output_at, f.requeues, f.not_before
   FROM frameq.frame f
   LEFT JOIN frameq.proc p ON p.frame = f.id
   LEFT JOIN frameq.host h ON h.id = p.host;
@@ -22,7 +24,8 @@ SELECT f.id AS frame, f.job, f.layer, f.number AS frame_number, f.state, f.retri
 /*
  * each job's tasks by state, and how many frame numbers they hold; while
  * the job is paused, why: max_dead_frames if it paused itself, else
- * 'operator' (set_job, or submitted paused)
+ * 'operator' (set_job, or submitted paused); delayed: how many of the
+ * waiting ones are delayed (frames.not_before)
  */
 CREATE VIEW frameq.job_progress AS
 SELECT j.id AS job, j.name, j.state,
@@ -34,7 +37,8 @@ SELECT j.id AS job, j.name, j.state,
 	   count(f.id) FILTER (WHERE f.state = 'dead') AS dead,
 	   count(f.id) FILTER (WHERE f.state = 'eaten') AS eaten,
 	   count(f.id) + coalesce(sum(pg_catalog.cardinality(f.numbers) - 1), 0) AS frames_total,
-	   CASE WHEN j.state = 'paused' THEN coalesce(j.paused_reason, 'operator') END AS paused_reason
+	   CASE WHEN j.state = 'paused' THEN coalesce(j.paused_reason, 'operator') END AS paused_reason,
+	   count(f.id) FILTER (WHERE f.state = 'waiting' AND f.not_before IS NOT NULL) AS delayed
   FROM frameq.job j
   LEFT JOIN frameq.frame f ON f.job = j.id
  GROUP BY j.id;

@@ -2,8 +2,9 @@
 /*
  * ---------------------------------------------------------------------
  * worker.sql: leases, and the background worker's steps (src/worker.c
- * runs them, one transaction per round): lease expiry and re-arming,
- * kill order announcements, the job finishes it was left.
+ * runs them, one transaction per step): lease expiry and re-arming,
+ * kill order announcements, the job finishes it was left, and the end of
+ * requeue and retry delays.
  * ---------------------------------------------------------------------
  */
 
@@ -253,6 +254,83 @@ BEGIN
 		END;
 	END LOOP;
 	RETURN n;
+END
+$$;
+
+/*
+ * ---------------------------------------------------------------------
+ * Delays.  A task that a requeue exit code, or a failure with a
+ * retry_delay, sent back to 'waiting' carries frame.not_before, the time
+ * before which it must not be booked (src/release.c sets it).  Until
+ * cleared it is in no index and no queue that reserve() reads: not in
+ * frame_waiting (its predicate: not_before IS NULL), and its layer is not
+ * queued for it (the gate, frame_gate, queues no delayed task; a queue row
+ * of a layer left with only delayed tasks goes at its next read, as for a
+ * layer run dry).  So a delayed task costs a booking nothing, however many
+ * there are.  Each round the worker takes the tasks whose time has come,
+ * in the order it came, from the index frame_delayed (one probe when
+ * there are none) and makes them bookable as whoever makes a task waiting
+ * does: in one transaction it clears not_before, lowers each layer's
+ * dispatch hint to the lowest task it freed (at commit; src/dispatch.c),
+ * queues the layers (_queue_layers, which keeps their rows from any tidy
+ * until then) and announces them on frameq_ready.  At most 10,000 a round;
+ * more wait for the next.  Rows another session holds (an operator's
+ * kill_frame, say) are skipped this round; whatever that session does
+ * either ends the delay itself or leaves the task to the next round.
+ * retry_frame() of a delayed task ends its delay at once, the same way.
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * End the delay of these tasks now, whatever its time: each becomes
+ * bookable if it is 'waiting' (a 'depend' one when its dependencies are
+ * met).  Returns how many delays it ended.  A row another session holds
+ * is waited for, and then looked at again (not_before may be gone); the
+ * worker locks its candidates first, skipping those, so it never waits.
+ */
+CREATE FUNCTION frameq._end_delay(tasks bigint[]) RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	r record;
+	layers bigint[] := '{}';
+	n bigint := 0;
+BEGIN
+	FOR r IN WITH ended AS (
+				UPDATE frameq.frame f SET not_before = NULL
+				 WHERE f.id = ANY (tasks) AND f.not_before IS NOT NULL
+				RETURNING f.job, f.layer, f.number, f.state)
+			 SELECT x.job, x.layer, min(x.number) FILTER (WHERE x.state = 'waiting') AS low,
+					count(*) FILTER (WHERE x.state = 'waiting') AS bookable, count(*) AS ended
+			   FROM ended x GROUP BY x.job, x.layer ORDER BY x.layer LOOP
+		IF r.bookable > 0 THEN
+			PERFORM frameq._frame_waiting(r.layer, r.low), frameq._announce_ready(r.job, r.layer, r.bookable);
+			layers := layers || r.layer;
+		END IF;
+		n := n + r.ended;
+	END LOOP;
+	IF cardinality(layers) > 0 THEN
+		PERFORM frameq._queue_layers(layers);
+	END IF;
+	RETURN n;
+END
+$$;
+
+/*
+ * The worker's step: end the delays whose time has come; returns how many.
+ * The time is read once, into a variable: compared with clock_timestamp()
+ * itself (volatile), the index could not stop at it, and every delayed
+ * task of the farm would be read each round.
+ */
+CREATE FUNCTION frameq._delays_ended() RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	due timestamptz := clock_timestamp();
+BEGIN
+	RETURN frameq._end_delay(ARRAY(
+		SELECT f.id FROM frameq.frame f
+		 WHERE f.state = 'waiting' AND f.not_before IS NOT NULL AND f.not_before <= due
+		 ORDER BY f.not_before LIMIT 10000
+		   FOR NO KEY UPDATE SKIP LOCKED));
 END
 $$;
 

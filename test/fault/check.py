@@ -75,7 +75,9 @@ agents/<host>.log -- agent logs, one event per line:
 
 final.json -- the database read after quiescence (times are DB wall seconds):
     params     ttl, drift, margin, render_max, freeze_k, quarantine, poll
-               (seconds or ratio), seed
+               (seconds or ratio), seed; optional delay_max (the longest
+               requeue or retry delay) and misbehave_runs (the most runs of
+               one frame that exit with a code on purpose), 0 if absent
     frames     [{id, job, layer, number, state, retries, attempts}]: tasks;
                optional size (its frame numbers, a chunk; default 1)
     runs       [{proc, frame, job, host, epoch, started_at, ended_at,
@@ -96,6 +98,12 @@ final.json -- the database read after quiescence (times are DB wall seconds):
                on_frame}] (null where the kind has none).  Without it C8
                is not applied (stats depends_recorded false) and every
                frame waits from its submit in C5.
+    layers     optional: [{id, requeue_exit_codes (list of int), requeue_delay,
+               max_requeues, retry_delay}], each layer's values in force
+               (seconds).  Without it C9 is not applied (stats
+               delays_recorded false) and C5 takes no run to delay its task.
+               With it, frames need their layer and runs their exit_status
+               and exit_signal.
     caps       {group: slots}              every frame takes one slot
     check      [{invariant, detail}]       rows of frameq.check()
     failovers  [{wall}]                    promotions (asynchronous replication
@@ -232,7 +240,10 @@ C5_liveness
                        its last prerequisite was met, see C8; never if one
                        never was or was eaten with no run) to its first run, and
                        from the end of each run that left it waiting
-                       (committed_at if later) to the next run; the
+                       (committed_at if later; for a run that delayed it,
+                       see C9, the end of the delay plus poll plus
+                       DUE_SLACK (2.0 s): the worker makes it bookable
+                       within a round) to the next run; the
                        frames of a lost_submit job never wait. A call at
                        most LOSS_WINDOW before a failover began (or during
                        one) that would pass a frame over is excused (stats
@@ -248,7 +259,10 @@ C6_tokens
                        during one): the failover lost its booking (stats
                        renders_unknown_to_db)
     slow_recovery's bound adds depth * (render_max + poll) when the heal
-    event has a depth: chained tasks run one after the other.
+    event has a depth: chained tasks run one after the other; and
+    (misbehave_runs + depth) * (render_max + delay_max + poll): a task that
+    misbehaves runs again after its delay, as many times as it may, and
+    each link of a chain may do so once.
 C7_check
     check_row          every row of frameq.check()
 C8_dependencies (when final.json has depends)
@@ -283,6 +297,19 @@ C8_dependencies (when final.json has depends)
                        depend_left_run_cut_short).
     Stats: depends_by_kind, tasks_with_prerequisites, chunked_tasks,
     renders_checked_for_prerequisites, renders_before_prerequisites.
+C9_delays (when final.json has layers)
+    A run that ended "completed" with its frame back to "waiting" and a
+    non-zero exit delayed its frame: by its layer's requeue_delay if it was
+    a requeue (exit_signal 0, exit_status one of the layer's
+    requeue_exit_codes, and fewer requeues of the frame before it than
+    max_requeues: the runs of the frame are counted in start order), else
+    by its retry_delay.
+    booked_early       the frame's next run (in start order) started before
+                       that run's ended_at plus the delay (DELAY_EPS, 1 ms,
+                       for the float seconds): frameq sets the delay from a
+                       clock read after ended_at and books no earlier.  No
+                       exception.
+    Stats: delays_recorded, requeued_runs, delayed_runs.
 """
 
 import bisect
@@ -295,13 +322,15 @@ import re
 import sys
 
 CHECKS = ("C1_exclusivity", "C2_fencing", "C3_no_loss", "C4_caps",
-          "C5_liveness", "C6_tokens", "C7_check", "C8_dependencies")
+          "C5_liveness", "C6_tokens", "C7_check", "C8_dependencies", "C9_delays")
 TERMINAL = {"succeeded", "dead", "eaten"}
 INF = math.inf
 RECOVERY_SLACK = 10.0
 WAIT_SLACK = 0.2        # a frame must have been waiting this long before a call
 CLAIM_SLACK = 1.0       # bookings this soon after a call may be a concurrent claim
 ORDER_SLACK = 0.05      # C8: error of mapping a render's monotonic start to wall time
+DUE_SLACK = 2.0         # C5: a delayed frame is bookable this long after its poll
+DELAY_EPS = 0.001       # C9: float seconds of the DB's microsecond times
 ENDED = {"succeeded", "eaten"}   # a prerequisite ended so frees its dependents
 
 
@@ -519,6 +548,22 @@ def load_final(path):
         for key in ("finished_at", "committed_at"):
             if not _is(job.get(key), NUM + OPT):
                 raise InputError(f"{path}: jobs[{i}]: {key!r} should be {NUM + OPT}")
+    layers = final.get("layers")
+    if layers is not None:
+        if not isinstance(layers, list):
+            raise InputError(f"{path}: 'layers' should be a list")
+        for i, row in enumerate(layers):
+            need(row, {"id": INT, "requeue_exit_codes": LIST, "requeue_delay": NUM,
+                       "max_requeues": INT, "retry_delay": NUM}, f"{path}: layers[{i}]")
+            if not all(_is(c, INT) for c in row["requeue_exit_codes"]):
+                raise InputError(f"{path}: layers[{i}]: requeue_exit_codes must be integers")
+        for i, fr in enumerate(final["frames"]):
+            need(fr, {"layer": INT}, f"{path}: frames[{i}]")
+        for i, run in enumerate(final["runs"]):
+            need(run, {"exit_status": INT + OPT, "exit_signal": INT + OPT}, f"{path}: runs[{i}]")
+    for key in ("delay_max", "misbehave_runs"):
+        if not _is(final["params"].get(key, 0), NUM):
+            raise InputError(f"{path}: params: {key!r} should be {NUM}")
     reserves = final.get("reserves")
     if reserves is not None:
         if not isinstance(reserves, list):
@@ -666,6 +711,7 @@ class Checker:
                 fz.off = self.heal["t"]
 
         self._index_depends()
+        self._index_delays()
         # monotonic -> wall: every harness event reads both clocks, t first
         self.clock_pairs = sorted((e["t"], e["wall"] - e["t"]) for e in self.harness)
 
@@ -683,6 +729,37 @@ class Checker:
             r.end = dead.get(r.proc, exits.get(r.proc))
             r.cover = self._freeze_cover(r)
         self.dead_without_start = len(set(dead) - set(self.renders))
+
+    def _index_delays(self):
+        """From final.json's layers: how long each run that left its frame
+        waiting delayed it (proc -> seconds; see C9), counting each frame's
+        requeues in run start order."""
+        layers = self.final.get("layers")
+        self.delay_after = {}
+        self.requeued_runs = 0
+        if layers is None:
+            return
+        rules = {row["id"]: row for row in layers}
+        layer_of = {fr["id"]: fr["layer"] for fr in self.final["frames"]}
+        for fid, runs in self.runs_by_frame.items():
+            rule = rules.get(layer_of.get(fid))
+            if rule is None:
+                continue
+            requeues = 0
+            for run in sorted(runs, key=lambda run: run["started_at"]):
+                if (run["ended_at"] is None or run["reason"] != "completed"
+                        or run["end_state"] != "waiting"
+                        or (run["exit_status"] or 0, run["exit_signal"] or 0) == (0, 0)):
+                    continue
+                if (run["exit_signal"] or 0) == 0 and run["exit_status"] in rule["requeue_exit_codes"] \
+                        and requeues < rule["max_requeues"]:
+                    requeues += 1
+                    self.requeued_runs += 1
+                    delay = rule["requeue_delay"]
+                else:
+                    delay = rule["retry_delay"]
+                if delay > 0:
+                    self.delay_after[run["proc"]] = delay
 
     def _index_depends(self):
         """From final.json's depends: each task's prerequisite tasks (task
@@ -1058,7 +1135,9 @@ class Checker:
         depth = self.heal.get("depth", 0)
         bound = (p["ttl"] * (1 + p["drift"]) + p["margin"] + p["quarantine"] + p["poll"]
                  + p["render_max"] + waves * p["render_max"]
-                 + depth * (p["render_max"] + p["poll"]) + RECOVERY_SLACK)
+                 + depth * (p["render_max"] + p["poll"]) + RECOVERY_SLACK
+                 + (p.get("misbehave_runs", 0) + depth)
+                 * (p["render_max"] + p.get("delay_max", 0) + p["poll"]))
         ends = [run["ended_at"] for run in self.final["runs"] if run["ended_at"] is not None]
         # DB wall -> monotonic through the heal event's (wall, t) pair
         last_end_t = self.heal["t"] + (max(ends) - self.heal["wall"]) if ends else self.heal["t"]
@@ -1098,8 +1177,12 @@ class Checker:
                 if run["ended_at"] is not None and run["end_state"] == "waiting":
                     # waiting for other sessions once the release has committed
                     committed = run.get("committed_at")
-                    spans.append((run["ended_at"] if committed is None
-                                  else max(run["ended_at"], committed), next_start))
+                    begin = run["ended_at"] if committed is None else max(run["ended_at"], committed)
+                    # a delayed frame once the worker has had a round after its time
+                    delay = self.delay_after.get(run["proc"], 0)
+                    if delay > 0:
+                        begin = max(begin, run["ended_at"] + delay + self.params["poll"] + DUE_SLACK)
+                    spans.append((begin, next_start))
             intervals[fid] = spans
         return intervals
 
@@ -1223,6 +1306,22 @@ class Checker:
             prerequisite_ends_unknown=unknown,
             depend_left_run_cut_short=cut)
 
+    def c9_delays(self):
+        c = "C9_delays"
+        self.stats.update(delays_recorded=self.final.get("layers") is not None,
+                          requeued_runs=self.requeued_runs, delayed_runs=len(self.delay_after))
+        for fid, runs in sorted(self.runs_by_frame.items()):
+            runs = sorted(runs, key=lambda run: run["started_at"])
+            for run, after in zip(runs, runs[1:]):
+                delay = self.delay_after.get(run["proc"], 0)
+                if delay > 0 and after["started_at"] < run["ended_at"] + delay - DELAY_EPS:
+                    self.violate(c, "booked_early",
+                                 f"frame {fid} was booked again (proc {after['proc']}) "
+                                 f"{after['started_at'] - run['ended_at']:.3f} s after run "
+                                 f"{run['proc']} ended with {run['exit_status']}/"
+                                 f"{run['exit_signal']}, before its {delay} s delay ended",
+                                 frame=fid, proc=after["proc"])
+
     def c7_check(self):
         for row in self.final["check"]:
             self.violate("C7_check", "check_row",
@@ -1240,6 +1339,7 @@ class Checker:
         self.c6_tokens()
         self.c7_check()
         self.c8_dependencies()
+        self.c9_delays()
         f = self.final
         publish_results = collections.Counter(
             ev["result"] for ev in self.render_events if ev["ev"] == "publish")
@@ -1293,6 +1393,8 @@ def summary(verdict):
                             f"chunked tasks {s['chunked_tasks']}, renders checked "
                             f"{s['renders_checked_for_prerequisites']}"
                             if s["depends_recorded"] else "dependencies not recorded"),
+        "C9_delays": (f"requeued runs {s['requeued_runs']}, runs that delayed their frame "
+                      f"{s['delayed_runs']}" if s["delays_recorded"] else "delays not recorded"),
     }
     lines = []
     for c in CHECKS:

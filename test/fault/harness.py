@@ -23,6 +23,12 @@ layers frame by frame (after_frames) with a chunk of up to 3 on either
 side, sometimes a third after the second; a quarter of them also wait for
 one or two of the last six jobs (after_jobs).  final.json records
 frameq.depends, each task's size and each job's finish (check.py, C8).
+Every job has requeue exit code 75, a requeue_delay of 1 or 2 s, a
+max_requeues of 1 to 3 and a retry_delay of 0 or 1 s (a layer sometimes
+its own); a render of 15 % of the frames exits 75 on its first 1 to 3
+runs, and of 5 % exits 1 on its first (render.py, FQH_MISBEHAVE), so that
+some tasks are requeued, some past max_requeues, some retried after a
+delay.  final.json records each layer's delays in force (check.py, C9).
 
 Usage: harness.py --out DIR [--seed N] [--duration S] [--hosts N]
                   [--every-kind] [--port BASE] [--keep]
@@ -61,6 +67,8 @@ MARGIN = 1.0        # frameq.lease_margin
 LEASE_PERIOD = TTL * (1 + DRIFT) + MARGIN
 POLL = 1.0          # the worker's longest sleep
 RENDER_MAX = 2.8    # render.py's longest render, before publishing
+DELAY_MAX = 2.0     # the longest requeue or retry delay of a job
+MISBEHAVE_RUNS = 3  # the most runs of a frame that exit with a code on purpose
 FREEZE_K = 5.0      # a frozen run must be dead this long after thawing
 HOST_CORES = 2
 HOST_MEMORY = 4294967296
@@ -340,7 +348,7 @@ class Harness:
         self.args = args
         self.out = os.path.abspath(args.out)
         self.rng = random.Random(args.seed)
-        for d in ("history", "witness", "tmp", "caps", "agents", "pg"):
+        for d in ("history", "witness", "tmp", "caps", "agents", "pg", "misbehaved"):
             os.makedirs(os.path.join(self.out, d), exist_ok=True)
         os.chmod(self.out, 0o755)
         self.history = History(os.path.join(self.out, "history", "harness.jsonl"))
@@ -472,11 +480,18 @@ class Harness:
         def layer(lname, frames, chunk=1, **deps):
             spec = {"name": lname, "range": "1-%d" % frames, "cores": 1,
                     "command": "exec %s %s" % (PY, os.path.join(HERE, "render.py")),
-                    "env": {"FQH_GROUPS": ",".join("%s:%d" % gs for gs in groups.items())}}
+                    "env": {"FQH_GROUPS": ",".join("%s:%d" % gs for gs in groups.items()),
+                            "FQH_SEED": str(self.args.seed),
+                            "FQH_MISBEHAVE": "75:%d:15,1:1:5" % self.rng.randint(1, MISBEHAVE_RUNS)}}
             if chunk > 1:
                 spec["chunk"] = chunk
             if limited:
                 spec["limits"] = ["lic"]
+            # a layer's own requeue fields, sometimes; else its job's
+            if self.rng.random() < 0.2:
+                spec["max_requeues"] = self.rng.choice([0, 1])
+            if self.rng.random() < 0.2:
+                spec["requeue_delay"] = self.rng.choice([0, "1s"])
             spec.update(deps)
             return spec
 
@@ -500,7 +515,9 @@ class Harness:
             if self.rng.random() < 0.3:
                 layers.append(layer("comp", m, chunk(), after=["render"]))
         spec = {"show": show, "name": name, "priority": self.rng.randint(0, 3),
-                "max_cores": max_cores, "max_retries": 30, "layers": layers}
+                "max_cores": max_cores, "max_retries": 30, "layers": layers,
+                "requeue_exit_codes": [75], "requeue_delay": self.rng.choice([1, 2, "2s"]),
+                "max_requeues": self.rng.randint(1, 3), "retry_delay": self.rng.choice([0, 1, "1s"])}
         if folder:
             spec["folder"] = folder
         # some jobs wait for one or two recent jobs of the run (never a job
@@ -949,7 +966,8 @@ class Harness:
             "params": {"seed": self.args.seed, "ttl": TTL, "drift": DRIFT, "margin": MARGIN,
                        "render_max": RENDER_MAX + 1.0, "freeze_k": FREEZE_K,
                        "quarantine": LEASE_PERIOD, "poll": POLL, "hosts": len(self.host_names),
-                       "duration": self.args.duration},
+                       "duration": self.args.duration, "delay_max": DELAY_MAX,
+                       "misbehave_runs": MISBEHAVE_RUNS},
             # size: the task's frame numbers (chunk)
             "frames": rows("""SELECT id, job, layer, number, coalesce(cardinality(numbers), 1) AS size,
                                      state, retries, attempts FROM frameq.frame"""),
@@ -968,6 +986,13 @@ class Harness:
                                    r.cores_cc, r.memory
                             FROM frameq.run r JOIN frameq.host h ON h.id = r.host"""),
             "procs": rows("SELECT p.id, p.frame, h.name AS host, p.state FROM frameq.proc p JOIN frameq.host h ON h.id = p.host"),
+            # each layer's requeue and retry delays in force (every job
+            # gives all four, so a layer's own or its job's)
+            "layers": rows("""SELECT l.id, coalesce(l.requeue_exit_codes, j.requeue_exit_codes) AS requeue_exit_codes,
+                                     coalesce(l.requeue_delay, j.requeue_delay) AS requeue_delay,
+                                     coalesce(l.max_requeues, j.max_requeues) AS max_requeues,
+                                     coalesce(l.retry_delay, j.retry_delay) AS retry_delay
+                              FROM frameq.layer l JOIN frameq.job j ON j.id = l.job"""),
             "outputs": rows("SELECT frame, proc, content FROM fqh.output"),
             "publishes": rows("SELECT frame, proc, extract(epoch FROM at)::float8 AS at FROM fqh.publish_log"),
             # finished_at and committed_at (of the job row's last change,

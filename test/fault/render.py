@@ -15,7 +15,15 @@ agent: the host's fault proxies).
    groups (a group has as many slots as its cap allows frames); when none
    is free, a live process exceeds the cap: it logs a slot_violation.
 3. It writes its output, tagged with its proc, in chunks with pauses.
-4. It publishes the output only in a transaction that first checks
+4. A misbehaving render (FQH_MISBEHAVE, from its layer's env: "code:runs:
+   percent,...") stops here: a frame picked by its number for one entry
+   (percent of the frames, by the run's seed FQH_SEED) exits with that
+   code, without publishing, on its first `runs` runs (counted in marker
+   files misbehaved/<frame>-<i>, shared by every host of the machine),
+   and renders normally after.  Code 75 is the harness's requeue exit code
+   (frameq requeues the task after its requeue_delay); any other is a
+   failure (retried after retry_delay).
+5. It publishes the output only in a transaction that first checks
    frameq.owns(proc, secret) with the FRAMEQ_RUN_SECRET its agent gave it
    (true only for the proc's own render; it then holds the proc row
    against release until the commit), then exits 0.  Not the owner: exit
@@ -101,9 +109,30 @@ def main():
     with open(out) as f:
         content = f.read()
 
-    code = publish(content)
+    code = misbehave()
+    if code is None:
+        code = publish(content)
     log("exit", code=code)
     sys.exit(code)
+
+
+def misbehave():
+    """The exit code of this run if it misbehaves (4. above), else None."""
+    pick = (FRAME * 2654435761 + int(os.environ.get("FQH_SEED", "0"))) % 100
+    for entry in filter(None, os.environ.get("FQH_MISBEHAVE", "").split(",")):
+        code, runs, percent = (int(x) for x in entry.split(":"))
+        if pick >= percent:
+            pick -= percent
+            continue
+        for i in range(runs):
+            try:
+                os.close(os.open(os.path.join(DIR, "misbehaved", "%d-%d" % (FRAME, i)),
+                                 os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+                return code
+            except FileExistsError:
+                pass
+        return None
+    return None
 
 
 def publish(content):

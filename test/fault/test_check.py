@@ -51,6 +51,7 @@ class Farm:
         self.outputs = {}
         self.reserves = None       # final.json's optional reserve() calls
         self.depends = None        # final.json's optional dependencies
+        self.layers = None         # final.json's optional delays in force, per layer
         self.caps = dict(CAPS)
         self.job_finish = None     # job -> DB wall of its finish, if recorded
         self.params = {"seed": 7, "ttl": 3.0, "drift": 0.05, "margin": 1.0, "render_max": 3.0,
@@ -91,11 +92,14 @@ class Farm:
 
     def attempt(self, frame, proc, host, start, end, *, reason="completed",
                 end_state="succeeded", death="exit", db=None, in_db=True, publish=True,
-                output=True, accepted=None, signal=0, epoch=1):
+                output=True, accepted=None, signal=0, epoch=1, status=None):
         """One attempt of a frame: the render lives [start, end] (monotonic);
         its DB run is db=(begin, end) in monotonic seconds, by default
         [start - 0.2, end + 0.03]; death is "exit" (exit + dead events),
-        "killed" (dead only) or None (never seen dead)."""
+        "killed" (dead only) or None (never seen dead); its exit status is
+        status, or 128 + signal for a signal, else 0."""
+        if status is None:
+            status = 128 + signal if signal else 0
         job = self.frames[frame]["job"]
         self.frames[frame]["attempts"] += 1
         pid = 1000 + proc % 30000
@@ -104,7 +108,7 @@ class Farm:
         if publish:
             self.r(end - 0.2, "publish", proc, frame=frame, result="published")
         if death == "exit":
-            self.r(end - 0.01, "exit", proc, code=0)
+            self.r(end - 0.01, "exit", proc, code=status)
         if death is not None:
             self.h(end, "dead", proc=proc, pid=pid, late=False)
         db_begin, db_end = db or (start - 0.2, end + 0.03)
@@ -112,13 +116,13 @@ class Farm:
             accepted = reason in ("completed", "killed")
         if accepted:
             self.report(host, wall(db_end) + 0.01, proc, frame, "accepted", epoch=epoch,
-                        status=128 + signal if signal else 0, signal=signal)
+                        status=status, signal=signal)
         if not in_db:
             return
         self.runs.append({"proc": proc, "frame": frame, "job": job, "host": host,
                           "epoch": epoch, "started_at": wall(db_begin),
                           "ended_at": None if db_end is None else wall(db_end),
-                          "exit_status": 128 + signal if signal else 0, "exit_signal": signal,
+                          "exit_status": status, "exit_signal": signal,
                           "reason": reason, "end_state": end_state})
         if publish:
             self.publishes.append({"frame": frame, "proc": proc, "at": wall(db_end - 0.13)})
@@ -167,6 +171,8 @@ class Farm:
             final["reserves"] = self.reserves
         if self.depends is not None:
             final["depends"] = self.depends
+        if self.layers is not None:
+            final["layers"] = self.layers
         with open(os.path.join(outdir, "final.json"), "w") as f:
             json.dump(final, f, indent=1)
 
@@ -260,6 +266,10 @@ def C6(kind, ident=None):
 
 def C8(kind, ident=None):
     return V("C8_dependencies", kind, ident)
+
+
+def C9(kind, ident=None):
+    return V("C9_delays", kind, ident)
 
 
 CASES = []
@@ -940,6 +950,69 @@ def dep_job_finish_not_recorded():
 
 # --------------------------------------------------------------------------
 # Runner
+
+def delays(second=1049.5, third=1051.4, last=1052.4):
+    """clean() with the layers' delays recorded (job 1's layer: requeue
+    code 75, requeue_delay 2 s, max_requeues 1, retry_delay 0.5 s; job 2's:
+    no codes, no delays) and frame 7 of job 1, submitted after the heal:
+    its first run (1046-1047) exits 75, a requeue, delayed 2 s; its second
+    (from `second`) exits 75 again, past max_requeues: a failure, delayed
+    0.5 s; its third (from `third`) succeeds.  Frame 3's killed render
+    (clean) is a failure too, delayed 0.5 s, and its next run started
+    0.77 s later."""
+    f = clean()
+    f.layers = [{"id": 10, "requeue_exit_codes": [75], "requeue_delay": 2, "max_requeues": 1,
+                 "retry_delay": 0.5},
+                {"id": 20, "requeue_exit_codes": [], "requeue_delay": 30, "max_requeues": 20,
+                 "retry_delay": 0}]
+    f.submit(1045, 1, [7])
+    f.attempt(7, 107, "h1", 1046, 1047, end_state="waiting", status=75, publish=False,
+              output=False)
+    f.attempt(7, 117, "h2", second, second + 1, end_state="waiting", status=75, publish=False,
+              output=False)
+    f.attempt(7, 127, "h3", third, last)
+    return f
+
+
+@case
+def delays_kept():
+    # each next run starts after its delay: the second 0.27 s after the
+    # requeue's 2 s, the third 0.17 s after the retry's 0.5 s (a requeue's 2 s
+    # would not have been over: the count of requeues decides)
+    return delays(), [], {"delays_recorded": True, "requeued_runs": 1, "delayed_runs": 3}
+
+
+@case
+def delays_not_recorded():
+    # without layers the delays are not checked, however early a rebooking
+    f = delays(second=1047.5)
+    f.layers = None
+    return f, [], {"delays_recorded": False, "delayed_runs": 0}
+
+
+@case
+def requeue_booked_early():
+    # the second run starts 1.27 s after the requeue: its 2 s delay was not over
+    return delays(second=1048.5), [C9("booked_early", 7)], {"requeued_runs": 1}
+
+
+@case
+def retry_booked_early():
+    # the third run starts 0.37 s after the second's failure: 0.5 s was not over
+    return delays(third=1051.1), [C9("booked_early", 7)], {"delayed_runs": 3}
+
+
+@case
+def delayed_frame_not_passed_over():
+    # frame 7 is waiting but delayed until 1049.03, bookable once the
+    # worker's round and DUE_SLACK have passed (1052.03): an empty reserve()
+    # at 1051.5 passes nothing over; one at 1055, with the frame still not
+    # booked until 1057.8, does
+    f = delays(second=1058, third=1060, last=1061)
+    reserve(f, "h1", 1051.5)
+    reserve(f, "h2", 1055)
+    return f, [C5("passed_over", 7)], {"reserves_empty": 2, "reserves_passed_over": 1}
+
 
 def ident(v):
     return v.get("group", v.get("frame"))
