@@ -291,9 +291,51 @@ frameq_lock_host_sql(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Each job's dispatch lock is an entry of the server's shared lock table,
+ * which holds max_locks_per_transaction entries per backend for all of
+ * them: a statement that frees, queues or tidies the tasks of thousands of
+ * jobs must not take a lock each ("out of shared memory", for it and for
+ * whoever else needs an entry meanwhile).  A transaction takes at most
+ * FRAMEQ_JOB_LOCKS new ones for freeing and tidying; past that, a freeing
+ * transaction falls back to row locks and the tidy leaves the other jobs'
+ * rows for later calls, as when the lock is busy.  (depend_job's lock,
+ * one per call, is neither counted nor refused: it has no fallback.)
+ */
+#define FRAMEQ_JOB_LOCKS	64
+
+static LocalTransactionId job_locks_xact = InvalidLocalTransactionId;
+static int	job_locks_taken = 0;
+
+/* may this transaction try job's lock (tag) without passing its budget? */
+static bool
+job_lock_budget(const LOCKTAG *tag)
+{
+	if (job_locks_xact != MyProc->lxid)
+	{
+		job_locks_xact = MyProc->lxid;
+		job_locks_taken = 0;
+	}
+	/* a lock held already, in either mode, takes no new entry */
+	return job_locks_taken < FRAMEQ_JOB_LOCKS ||
+		LockHeldByMe(tag, ShareLock) || LockHeldByMe(tag, ExclusiveLock);
+}
+
+/* try a job's lock, within the budget (job_lock_budget said yes), counting it */
+static bool
+job_lock_try(const LOCKTAG *tag, LOCKMODE mode)
+{
+	LockAcquireResult res = LockAcquire(tag, mode, false, true);
+
+	if (res == LOCKACQUIRE_OK)
+		job_locks_taken++;
+	return res != LOCKACQUIRE_NOT_AVAIL;
+}
+
+/*
  * Take job's dispatch lock (frameq.h) in ShareLock for this transaction,
- * only trying.  False when an ExclusiveLock holds it or waits for it: the
- * caller then falls back to row locks, which wait as they always did.
+ * only trying.  False when an ExclusiveLock holds it or waits for it, or
+ * the transaction has taken its share of job locks: the caller then falls
+ * back to row locks, which wait as they always did.
  */
 bool
 frameq_hold_job(int64 job)
@@ -301,7 +343,7 @@ frameq_hold_job(int64 job)
 	LOCKTAG		tag;
 
 	SET_LOCKTAG_FRAMEQ_JOB(tag, job);
-	return LockAcquire(&tag, ShareLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
+	return job_lock_budget(&tag) && job_lock_try(&tag, ShareLock);
 }
 
 PG_FUNCTION_INFO_V1(frameq_hold_job_sql);
@@ -317,7 +359,8 @@ PG_FUNCTION_INFO_V1(frameq_claim_jobs);
 
 /*
  * frameq._claim_jobs(jobs): try each job's dispatch lock in ExclusiveLock
- * for this transaction; the jobs it took, in their order.  Never waits.
+ * for this transaction; the jobs it took, in their order.  Never waits,
+ * and stops taking new ones at the transaction's budget (above).
  */
 Datum
 frameq_claim_jobs(PG_FUNCTION_ARGS)
@@ -336,7 +379,7 @@ frameq_claim_jobs(PG_FUNCTION_ARGS)
 		if (nulls[i])
 			continue;
 		SET_LOCKTAG_FRAMEQ_JOB(tag, DatumGetInt64(items[i]));
-		if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+		if (job_lock_budget(&tag) && job_lock_try(&tag, ExclusiveLock))
 			items[taken++] = items[i];
 	}
 	PG_RETURN_ARRAYTYPE_P(construct_array(items, taken, INT8OID, 8, FLOAT8PASSBYVAL,
