@@ -295,39 +295,34 @@ frameq_lock_host_sql(PG_FUNCTION_ARGS)
  * which holds max_locks_per_transaction entries per backend for all of
  * them: a statement that frees, queues or tidies the tasks of thousands of
  * jobs must not take a lock each ("out of shared memory", for it and for
- * whoever else needs an entry meanwhile).  A transaction takes at most
- * FRAMEQ_JOB_LOCKS new ones for freeing and tidying; past that, a freeing
+ * whoever else needs an entry meanwhile).  So a transaction takes at most
+ * FRAMEQ_JOB_LOCKS new ones in ShareLock (freeing, queueing), and a tidy
+ * at most that many in ExclusiveLock per call; past that, a freeing
  * transaction falls back to row locks and the tidy leaves the other jobs'
  * rows for later calls, as when the lock is busy.  (depend_job's lock,
  * one per call, is neither counted nor refused: it has no fallback.)
  */
 #define FRAMEQ_JOB_LOCKS	64
 
-static LocalTransactionId job_locks_xact = InvalidLocalTransactionId;
-static int	job_locks_taken = 0;
+static LocalTransactionId job_shares_xact = InvalidLocalTransactionId;
+static int	job_shares_taken = 0;
 
-/* may this transaction try job's lock (tag) without passing its budget? */
+/*
+ * Try a job's lock (tag) in mode, unless *taken has reached the budget and
+ * the lock is not held already (in either mode: then it takes no new
+ * entry); a lock newly taken counts in *taken.
+ */
 static bool
-job_lock_budget(const LOCKTAG *tag)
+job_lock_try(const LOCKTAG *tag, LOCKMODE mode, int *taken)
 {
-	if (job_locks_xact != MyProc->lxid)
-	{
-		job_locks_xact = MyProc->lxid;
-		job_locks_taken = 0;
-	}
-	/* a lock held already, in either mode, takes no new entry */
-	return job_locks_taken < FRAMEQ_JOB_LOCKS ||
-		LockHeldByMe(tag, ShareLock) || LockHeldByMe(tag, ExclusiveLock);
-}
+	LockAcquireResult res;
 
-/* try a job's lock, within the budget (job_lock_budget said yes), counting it */
-static bool
-job_lock_try(const LOCKTAG *tag, LOCKMODE mode)
-{
-	LockAcquireResult res = LockAcquire(tag, mode, false, true);
-
+	if (*taken >= FRAMEQ_JOB_LOCKS &&
+		!LockHeldByMe(tag, ShareLock) && !LockHeldByMe(tag, ExclusiveLock))
+		return false;
+	res = LockAcquire(tag, mode, false, true);
 	if (res == LOCKACQUIRE_OK)
-		job_locks_taken++;
+		(*taken)++;
 	return res != LOCKACQUIRE_NOT_AVAIL;
 }
 
@@ -342,8 +337,13 @@ frameq_hold_job(int64 job)
 {
 	LOCKTAG		tag;
 
+	if (job_shares_xact != MyProc->lxid)
+	{
+		job_shares_xact = MyProc->lxid;
+		job_shares_taken = 0;
+	}
 	SET_LOCKTAG_FRAMEQ_JOB(tag, job);
-	return job_lock_budget(&tag) && job_lock_try(&tag, ShareLock);
+	return job_lock_try(&tag, ShareLock, &job_shares_taken);
 }
 
 PG_FUNCTION_INFO_V1(frameq_hold_job_sql);
@@ -360,7 +360,7 @@ PG_FUNCTION_INFO_V1(frameq_claim_jobs);
 /*
  * frameq._claim_jobs(jobs): try each job's dispatch lock in ExclusiveLock
  * for this transaction; the jobs it took, in their order.  Never waits,
- * and stops taking new ones at the transaction's budget (above).
+ * and takes at most FRAMEQ_JOB_LOCKS new ones (above).
  */
 Datum
 frameq_claim_jobs(PG_FUNCTION_ARGS)
@@ -370,6 +370,7 @@ frameq_claim_jobs(PG_FUNCTION_ARGS)
 	bool	   *nulls;
 	int			n;
 	int			taken = 0;
+	int			new_locks = 0;
 
 	deconstruct_array(jobs, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &items, &nulls, &n);
 	for (int i = 0; i < n; i++)
@@ -379,7 +380,7 @@ frameq_claim_jobs(PG_FUNCTION_ARGS)
 		if (nulls[i])
 			continue;
 		SET_LOCKTAG_FRAMEQ_JOB(tag, DatumGetInt64(items[i]));
-		if (job_lock_budget(&tag) && job_lock_try(&tag, ExclusiveLock))
+		if (job_lock_try(&tag, ExclusiveLock, &new_locks))
 			items[taken++] = items[i];
 	}
 	PG_RETURN_ARRAYTYPE_P(construct_array(items, taken, INT8OID, 8, FLOAT8PASSBYVAL,
