@@ -296,28 +296,31 @@ frameq_lock_host_sql(PG_FUNCTION_ARGS)
  * them: a statement that frees, queues or tidies the tasks of thousands of
  * jobs must not take a lock each ("out of shared memory", for it and for
  * whoever else needs an entry meanwhile).  So a transaction takes at most
- * FRAMEQ_JOB_LOCKS new ones in ShareLock (freeing, queueing), and a tidy
- * at most that many in ExclusiveLock per call; past that, a freeing
- * transaction falls back to row locks and the tidy leaves the other jobs'
- * rows for later calls, as when the lock is busy.  (depend_job's lock,
- * one per call, is neither counted nor refused: it has no fallback.)
+ * FRAMEQ_JOB_LOCKS new ones in ShareLock (freeing, queueing), past which it
+ * falls back to row locks, as when the lock is busy; and a tidy, which has
+ * no such fallback, at most half the table's nominal size per call (about
+ * 3,900 jobs with the default settings), leaving the other jobs' rows for
+ * later calls.  (depend_job's lock, one per call, is neither counted nor
+ * refused.)
  */
 #define FRAMEQ_JOB_LOCKS	64
+#define FRAMEQ_TIDY_JOB_LOCKS \
+	Max(FRAMEQ_JOB_LOCKS, max_locks_per_xact * MaxBackends / 2)
 
 static LocalTransactionId job_shares_xact = InvalidLocalTransactionId;
 static int	job_shares_taken = 0;
 
 /*
- * Try a job's lock (tag) in mode, unless *taken has reached the budget and
+ * Try a job's lock (tag) in mode, unless *taken has reached budget and
  * the lock is not held already (in either mode: then it takes no new
  * entry); a lock newly taken counts in *taken.
  */
 static bool
-job_lock_try(const LOCKTAG *tag, LOCKMODE mode, int *taken)
+job_lock_try(const LOCKTAG *tag, LOCKMODE mode, int *taken, int budget)
 {
 	LockAcquireResult res;
 
-	if (*taken >= FRAMEQ_JOB_LOCKS &&
+	if (*taken >= budget &&
 		!LockHeldByMe(tag, ShareLock) && !LockHeldByMe(tag, ExclusiveLock))
 		return false;
 	res = LockAcquire(tag, mode, false, true);
@@ -343,7 +346,7 @@ frameq_hold_job(int64 job)
 		job_shares_taken = 0;
 	}
 	SET_LOCKTAG_FRAMEQ_JOB(tag, job);
-	return job_lock_try(&tag, ShareLock, &job_shares_taken);
+	return job_lock_try(&tag, ShareLock, &job_shares_taken, FRAMEQ_JOB_LOCKS);
 }
 
 PG_FUNCTION_INFO_V1(frameq_hold_job_sql);
@@ -360,7 +363,7 @@ PG_FUNCTION_INFO_V1(frameq_claim_jobs);
 /*
  * frameq._claim_jobs(jobs): try each job's dispatch lock in ExclusiveLock
  * for this transaction; the jobs it took, in their order.  Never waits,
- * and takes at most FRAMEQ_JOB_LOCKS new ones (above).
+ * and takes at most FRAMEQ_TIDY_JOB_LOCKS new ones (above).
  */
 Datum
 frameq_claim_jobs(PG_FUNCTION_ARGS)
@@ -380,7 +383,7 @@ frameq_claim_jobs(PG_FUNCTION_ARGS)
 		if (nulls[i])
 			continue;
 		SET_LOCKTAG_FRAMEQ_JOB(tag, DatumGetInt64(items[i]));
-		if (job_lock_try(&tag, ExclusiveLock, &new_locks))
+		if (job_lock_try(&tag, ExclusiveLock, &new_locks, FRAMEQ_TIDY_JOB_LOCKS))
 			items[taken++] = items[i];
 	}
 	PG_RETURN_ARRAYTYPE_P(construct_array(items, taken, INT8OID, 8, FLOAT8PASSBYVAL,
