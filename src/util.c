@@ -297,18 +297,31 @@ frameq_lock_host_sql(PG_FUNCTION_ARGS)
  * jobs must not take a lock each ("out of shared memory", for it and for
  * whoever else needs an entry meanwhile).  So a transaction takes at most
  * FRAMEQ_JOB_LOCKS new ones in ShareLock (freeing, queueing), past which it
- * falls back to row locks, as when the lock is busy; and a tidy, which has
- * no such fallback, at most half the table's nominal size per call (about
- * 3,900 jobs with the default settings), leaving the other jobs' rows for
- * later calls.  (depend_job's lock, one per call, is neither counted nor
- * refused.)
+ * falls back to row locks, as when the lock is busy; and at most half the
+ * table's nominal size in ExclusiveLock for tidies, which have no such
+ * fallback (about 3,900 jobs with the default settings), leaving the other
+ * jobs' rows for later calls.  (depend_job's lock, one per call, is neither
+ * counted nor refused.)
  */
 #define FRAMEQ_JOB_LOCKS	64
 #define FRAMEQ_TIDY_JOB_LOCKS \
 	Max(FRAMEQ_JOB_LOCKS, max_locks_per_xact * MaxBackends / 2)
 
-static LocalTransactionId job_shares_xact = InvalidLocalTransactionId;
+static LocalTransactionId job_locks_xact = InvalidLocalTransactionId;
 static int	job_shares_taken = 0;
+static int	job_claims_taken = 0;
+
+/* the counts above, reset at a transaction's first job lock */
+static void
+job_locks_count_xact(void)
+{
+	if (job_locks_xact != MyProc->lxid)
+	{
+		job_locks_xact = MyProc->lxid;
+		job_shares_taken = 0;
+		job_claims_taken = 0;
+	}
+}
 
 /*
  * Try a job's lock (tag) in mode, unless *taken has reached budget and
@@ -340,11 +353,7 @@ frameq_hold_job(int64 job)
 {
 	LOCKTAG		tag;
 
-	if (job_shares_xact != MyProc->lxid)
-	{
-		job_shares_xact = MyProc->lxid;
-		job_shares_taken = 0;
-	}
+	job_locks_count_xact();
 	SET_LOCKTAG_FRAMEQ_JOB(tag, job);
 	return job_lock_try(&tag, ShareLock, &job_shares_taken, FRAMEQ_JOB_LOCKS);
 }
@@ -363,7 +372,8 @@ PG_FUNCTION_INFO_V1(frameq_claim_jobs);
 /*
  * frameq._claim_jobs(jobs): try each job's dispatch lock in ExclusiveLock
  * for this transaction; the jobs it took, in their order.  Never waits,
- * and takes at most FRAMEQ_TIDY_JOB_LOCKS new ones (above).
+ * and takes no new one past the transaction's FRAMEQ_TIDY_JOB_LOCKS
+ * (above).
  */
 Datum
 frameq_claim_jobs(PG_FUNCTION_ARGS)
@@ -373,8 +383,8 @@ frameq_claim_jobs(PG_FUNCTION_ARGS)
 	bool	   *nulls;
 	int			n;
 	int			taken = 0;
-	int			new_locks = 0;
 
+	job_locks_count_xact();
 	deconstruct_array(jobs, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &items, &nulls, &n);
 	for (int i = 0; i < n; i++)
 	{
@@ -383,7 +393,7 @@ frameq_claim_jobs(PG_FUNCTION_ARGS)
 		if (nulls[i])
 			continue;
 		SET_LOCKTAG_FRAMEQ_JOB(tag, DatumGetInt64(items[i]));
-		if (job_lock_try(&tag, ExclusiveLock, &new_locks, FRAMEQ_TIDY_JOB_LOCKS))
+		if (job_lock_try(&tag, ExclusiveLock, &job_claims_taken, FRAMEQ_TIDY_JOB_LOCKS))
 			items[taken++] = items[i];
 	}
 	PG_RETURN_ARRAYTYPE_P(construct_array(items, taken, INT8OID, 8, FLOAT8PASSBYVAL,
