@@ -291,17 +291,71 @@ frameq_lock_host_sql(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Each job's dispatch lock is an entry of the server's shared lock table,
+ * which holds max_locks_per_transaction entries per backend for all of
+ * them: a statement that frees, queues or tidies the tasks of thousands of
+ * jobs must not take a lock each ("out of shared memory", for it and for
+ * whoever else needs an entry meanwhile).  So a transaction takes at most
+ * FRAMEQ_JOB_LOCKS new ones in ShareLock (freeing, queueing), past which it
+ * falls back to row locks, as when the lock is busy; and at most half the
+ * table's nominal size in ExclusiveLock for tidies, which have no such
+ * fallback (about 3,900 jobs with the default settings), leaving the other
+ * jobs' rows for later calls.  (depend_job's lock, one per call, is neither
+ * counted nor refused.)
+ */
+#define FRAMEQ_JOB_LOCKS	64
+#define FRAMEQ_TIDY_JOB_LOCKS \
+	Max(FRAMEQ_JOB_LOCKS, max_locks_per_xact * MaxBackends / 2)
+
+static LocalTransactionId job_locks_xact = InvalidLocalTransactionId;
+static int	job_shares_taken = 0;
+static int	job_claims_taken = 0;
+
+/* the counts above, reset at a transaction's first job lock */
+static void
+job_locks_count_xact(void)
+{
+	if (job_locks_xact != MyProc->lxid)
+	{
+		job_locks_xact = MyProc->lxid;
+		job_shares_taken = 0;
+		job_claims_taken = 0;
+	}
+}
+
+/*
+ * Try a job's lock (tag) in mode, unless *taken has reached budget and
+ * the lock is not held already (in either mode: then it takes no new
+ * entry); a lock newly taken counts in *taken.
+ */
+static bool
+job_lock_try(const LOCKTAG *tag, LOCKMODE mode, int *taken, int budget)
+{
+	LockAcquireResult res;
+
+	if (*taken >= budget &&
+		!LockHeldByMe(tag, ShareLock) && !LockHeldByMe(tag, ExclusiveLock))
+		return false;
+	res = LockAcquire(tag, mode, false, true);
+	if (res == LOCKACQUIRE_OK)
+		(*taken)++;
+	return res != LOCKACQUIRE_NOT_AVAIL;
+}
+
+/*
  * Take job's dispatch lock (frameq.h) in ShareLock for this transaction,
- * only trying.  False when an ExclusiveLock holds it or waits for it: the
- * caller then falls back to row locks, which wait as they always did.
+ * only trying.  False when an ExclusiveLock holds it or waits for it, or
+ * the transaction has taken its share of job locks: the caller then falls
+ * back to row locks, which wait as they always did.
  */
 bool
 frameq_hold_job(int64 job)
 {
 	LOCKTAG		tag;
 
+	job_locks_count_xact();
 	SET_LOCKTAG_FRAMEQ_JOB(tag, job);
-	return LockAcquire(&tag, ShareLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
+	return job_lock_try(&tag, ShareLock, &job_shares_taken, FRAMEQ_JOB_LOCKS);
 }
 
 PG_FUNCTION_INFO_V1(frameq_hold_job_sql);
@@ -317,7 +371,9 @@ PG_FUNCTION_INFO_V1(frameq_claim_jobs);
 
 /*
  * frameq._claim_jobs(jobs): try each job's dispatch lock in ExclusiveLock
- * for this transaction; the jobs it took, in their order.  Never waits.
+ * for this transaction; the jobs it took, in their order.  Never waits,
+ * and takes no new one past the transaction's FRAMEQ_TIDY_JOB_LOCKS
+ * (above).
  */
 Datum
 frameq_claim_jobs(PG_FUNCTION_ARGS)
@@ -328,6 +384,7 @@ frameq_claim_jobs(PG_FUNCTION_ARGS)
 	int			n;
 	int			taken = 0;
 
+	job_locks_count_xact();
 	deconstruct_array(jobs, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &items, &nulls, &n);
 	for (int i = 0; i < n; i++)
 	{
@@ -336,7 +393,7 @@ frameq_claim_jobs(PG_FUNCTION_ARGS)
 		if (nulls[i])
 			continue;
 		SET_LOCKTAG_FRAMEQ_JOB(tag, DatumGetInt64(items[i]));
-		if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+		if (job_lock_try(&tag, ExclusiveLock, &job_claims_taken, FRAMEQ_TIDY_JOB_LOCKS))
 			items[taken++] = items[i];
 	}
 	PG_RETURN_ARRAYTYPE_P(construct_array(items, taken, INT8OID, 8, FLOAT8PASSBYVAL,

@@ -110,8 +110,14 @@ DECLARE
 	held_layers bigint[] := '{}';
 BEGIN
 	IF current_setting('transaction_isolation') = 'read committed' THEN
-		held_layers := ARRAY(SELECT l.id FROM frameq.layer l
-							  WHERE l.id = ANY (layers) AND frameq._hold_job(l.job));
+		/*
+		 * The jobs of these layers only: OFFSET 0 keeps _hold_job out of
+		 * the scan of layer, where a plan (a sequential scan of a small
+		 * table) could call it first, on every job's layer.
+		 */
+		held_layers := ARRAY(SELECT x.id FROM (SELECT l.id, l.job FROM frameq.layer l
+												WHERE l.id = ANY (layers) OFFSET 0) x
+							  WHERE frameq._hold_job(x.job));
 	END IF;
 	WITH seen AS (
 			SELECT q.layer, q.tag, q.priority FROM frameq.dispatch_queue q
