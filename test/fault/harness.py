@@ -514,8 +514,14 @@ class Harness:
             layers = [layer("sim", m, c1), layer("render", m, c2, after_frames=["sim"])]
             if self.rng.random() < 0.3:
                 layers.append(layer("comp", m, chunk(), after=["render"]))
+        # host_failure_limit 0: these renders fail on purpose, and whenever
+        # their database is away (exit 4), on every host alike; a host
+        # blocked for a job would then book none of its frames, which the
+        # liveness check (C5) does not model.  Blocks have tests of their
+        # own (57_job_limits.sql, i15_host_failures.spec).
         spec = {"show": show, "name": name, "priority": self.rng.randint(0, 3),
                 "max_cores": max_cores, "max_retries": 30, "layers": layers,
+                "host_failure_limit": 0,
                 "requeue_exit_codes": [75], "requeue_delay": self.rng.choice([1, 2, "2s"]),
                 "max_requeues": self.rng.randint(1, 3), "retry_delay": self.rng.choice([0, 1, "1s"])}
         if folder:
