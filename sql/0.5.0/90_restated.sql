@@ -975,40 +975,6 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = for
 DECLARE
 	r record;
 BEGIN
-	/* each kind in a statement of its own, so the common one runs alone */
-	IF OLD.frees_by_number AND NEW.numbers IS NULL THEN
-		/* one number: at most one task of each layer waiting for it */
-		FOR r IN UPDATE frameq.frame f
-					SET deps_left = f.deps_left - 1,
-						state = CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 'waiting' ELSE f.state END,
-						version = f.version + CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 1 ELSE 0 END
-				   FROM frameq.depend d
-				  WHERE d.on_layer = NEW.layer AND d.kind = 'frames' AND NOT d.satisfied
-					AND f.layer = d.layer AND f.number = NEW.number AND f.deps_left > 0
-			  RETURNING f.job, f.layer, f.number, f.state, f.deps_left LOOP
-			IF r.deps_left = 0 AND r.state = 'waiting' THEN
-				PERFORM frameq._frame_waiting(r.layer, r.number), frameq._announce_ready(r.job, r.layer, 1);
-			END IF;
-		END LOOP;
-	ELSIF OLD.frees_by_number THEN
-		FOR r IN WITH less AS (
-					UPDATE frameq.frame f
-					   SET deps_left = f.deps_left - 1,
-						   state = CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 'waiting' ELSE f.state END,
-						   version = f.version + CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 1 ELSE 0 END
-					  FROM frameq.depend d
-					 WHERE d.on_layer = NEW.layer AND d.kind = 'frames' AND NOT d.satisfied
-					   AND f.layer = d.layer AND f.number = ANY (NEW.numbers) AND f.deps_left > 0
-					RETURNING f.job, f.layer, f.number, f.state, f.deps_left)
-				 SELECT x.job, x.layer, min(x.number) AS low, count(*) AS freed
-				   FROM less x WHERE x.deps_left = 0 AND x.state = 'waiting'
-				  GROUP BY x.job, x.layer LOOP
-			PERFORM frameq._frame_waiting(r.layer, r.low), frameq._announce_ready(r.job, r.layer, r.freed);
-		END LOOP;
-	END IF;
-	IF NOT NEW.prereq THEN
-		RETURN NULL;
-	END IF;
 	FOR r IN WITH met AS (
 				UPDATE frameq.frame_depend e SET satisfied = true
 				 WHERE e.on_frame = NEW.id AND NOT e.satisfied
@@ -1033,19 +999,18 @@ BEGIN
 END
 $$;
 
-DROP TRIGGER frame_prereq_done ON frameq.frame;
-CREATE TRIGGER frame_prereq_done AFTER UPDATE OF state ON frameq.frame
-	FOR EACH ROW WHEN ((NEW.prereq OR OLD.frees_by_number) AND NEW.state IN ('succeeded', 'eaten')
+CREATE FUNCTION frameq._frees_by_number() RETURNS trigger
+	AS 'MODULE_PATHNAME', 'frameq_frees_by_number' LANGUAGE C
+	SET search_path = pg_catalog, pg_temp;
+
+CREATE TRIGGER frame_frees_by_number AFTER UPDATE OF state ON frameq.frame
+	FOR EACH ROW WHEN (OLD.frees_by_number AND NEW.state IN ('succeeded', 'eaten')
 					   AND OLD.state NOT IN ('succeeded', 'eaten'))
-	EXECUTE FUNCTION frameq._prereq_done();
+	EXECUTE FUNCTION frameq._frees_by_number();
 
 CREATE FUNCTION frameq._frees_once() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-	NEW.frees_by_number := false;
-	RETURN NEW;
-END
-$$;
+	AS 'MODULE_PATHNAME', 'frameq_frees_once' LANGUAGE C
+	SET search_path = pg_catalog, pg_temp;
 
 CREATE TRIGGER frame_frees_once BEFORE UPDATE OF state ON frameq.frame
 	FOR EACH ROW WHEN (OLD.frees_by_number AND NEW.state IN ('succeeded', 'eaten'))
@@ -1719,6 +1684,7 @@ REVOKE ALL ON FUNCTION
 	frameq.heartbeat(text, text, bigint, bigint[], jsonb),
 	frameq.complete(text, text, bigint, bigint, int, int, bigint, bool),
 	frameq.unblock_host(bigint, text),
+	frameq._frees_by_number(),
 	frameq._frees_once(),
 	frameq._insert_tasks(bigint, bigint, text, int, bool, bool, bigint[], bool[]),
 	frameq._time_out(timestamptz),
