@@ -22,11 +22,13 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/array.h"
+#include "utils/builtins.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
@@ -254,4 +256,143 @@ frameq_frees_by_number(PG_FUNCTION_ARGS)
 	meet_by_number(layer, numbers);
 	SPI_finish();
 	return PointerGetDatum(NULL);
+}
+
+/*
+ * ---------------------------------------------------------------------
+ * The gate (trigger frame_gate; the argument is sql/src/depends.sql's,
+ * at its declaration): a task made waiting that something still holds is
+ * 'depend' instead, and one that stays waiting has its layer queued.  C
+ * for the same reason as the triggers above: every task made waiting
+ * passes it.
+ * ---------------------------------------------------------------------
+ */
+
+/* the row with its state set to 'depend' */
+static HeapTuple
+held_back(HeapTuple row, TupleDesc desc)
+{
+	int			col = SPI_fnumber(desc, "state");
+	Datum		value = CStringGetTextDatum("depend");
+	bool		isnull = false;
+
+	return heap_modify_tuple_by_cols(row, desc, 1, &col, &value, &isnull);
+}
+
+/*
+ * The layer's count of unmet dependencies, and whether it has its queue
+ * rows at its job's priority for every tag: under the job's dispatch lock,
+ * read in a statement of its own (its snapshot follows the lock).
+ */
+static void
+read_layer_held(int64 layer, int32 *unmet, bool *queued)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[1];
+
+	if (plan == NULL)
+	{
+		Oid			types[1] = {INT8OID};
+
+		plan = frameq_prepare_options(
+			"SELECT l.deps_left,"
+			"       NOT EXISTS (SELECT 1 FROM unnest(CASE WHEN cardinality(l.tags) = 0"
+			"                                             THEN ARRAY['']::text[] ELSE l.tags END) t(tag)"
+			"                    WHERE NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q"
+			"                                       WHERE q.layer = l.id AND q.tag = t.tag"
+			"                                         AND q.priority = j.priority))"
+			"  FROM frameq.layer l JOIN frameq.job j ON j.id = l.job"
+			" WHERE l.id = $1",
+			1, types, CURSOR_OPT_GENERIC_PLAN);
+	}
+	args[0] = Int64GetDatum(layer);
+	if (SPI_execute_plan(plan, args, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "frameq: the gate's read of layer %lld failed", (long long) layer);
+	*unmet = frameq_get_int32(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, NULL);
+	*queued = frameq_get_bool(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, NULL);
+}
+
+/* the layer's count read under FOR SHARE: waits for whoever changes it */
+static int32
+read_layer_locked(int64 layer)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[1];
+
+	if (plan == NULL)
+	{
+		Oid			types[1] = {INT8OID};
+
+		plan = frameq_prepare_options("SELECT l.deps_left FROM frameq.layer l WHERE l.id = $1 FOR SHARE",
+									  1, types, CURSOR_OPT_GENERIC_PLAN);
+	}
+	args[0] = Int64GetDatum(layer);
+	if (SPI_execute_plan(plan, args, NULL, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "frameq: the gate's locked read of layer %lld failed", (long long) layer);
+	return frameq_get_int32(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, NULL);
+}
+
+static void
+queue_layer(int64 layer)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[1];
+
+	if (plan == NULL)
+	{
+		Oid			types[1] = {INT8OID};
+
+		plan = frameq_prepare("SELECT frameq._queue_layers(ARRAY[$1])", 1, types);
+	}
+	args[0] = Int64GetDatum(layer);
+	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "frameq: queueing layer %lld failed", (long long) layer);
+}
+
+PG_FUNCTION_INFO_V1(frameq_frame_gate);
+
+/* BEFORE UPDATE trigger frame_gate (WHEN a task becomes waiting) */
+Datum
+frameq_frame_gate(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+	TupleDesc	desc;
+	HeapTuple	row;
+	bool		isnull;
+	int64		job;
+	int64		layer;
+	bool		held;
+	int32		unmet = 0;
+	bool		queued = false;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BEFORE(td->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(td->tg_event) || !TRIGGER_FIRED_BY_UPDATE(td->tg_event))
+		elog(ERROR, "frameq: frameq_frame_gate must be a BEFORE UPDATE row trigger");
+	desc = RelationGetDescr(td->tg_relation);
+	row = td->tg_newtuple;
+	if (DatumGetInt32(row_value(row, desc, "deps_left", &isnull)) > 0)
+		return PointerGetDatum(held_back(row, desc));
+	job = DatumGetInt64(row_value(row, desc, "job", &isnull));
+	layer = DatumGetInt64(row_value(row, desc, "layer", &isnull));
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "frameq: SPI_connect failed");
+	held = XactIsoLevel == XACT_READ_COMMITTED && frameq_hold_job(job);
+	if (held)
+		read_layer_held(layer, &unmet, &queued);
+	if (!held || unmet > 0)
+	{
+		if (read_layer_locked(layer) > 0)
+		{
+			SPI_finish();
+			return PointerGetDatum(held_back(row, desc));
+		}
+		queued = false;
+	}
+	/* a delayed task is not bookable yet: the worker queues it when it is */
+	(void) row_value(row, desc, "not_before", &isnull);
+	if (!queued && isnull)
+		queue_layer(layer);
+	SPI_finish();
+	return PointerGetDatum(row);
 }

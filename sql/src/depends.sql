@@ -332,45 +332,12 @@ CREATE TRIGGER job_prereq_done AFTER UPDATE OF state ON frameq.job
  * fresh: then the count is read under FOR SHARE, which waits for the
  * transaction changing it.  (The lock, not FOR SHARE, is the common path:
  * every freeing transaction sharing a row lock rewrites it, a multixact.)
- * A BEFORE trigger, so that one function call does both.
+ * A BEFORE trigger, so that one function call does both; C (src/depends.c),
+ * since every task made waiting passes it.
  */
 CREATE FUNCTION frameq._frame_gate() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
-DECLARE
-	held bool;
-	unmet int;
-	queued bool := false;
-BEGIN
-	IF NEW.deps_left > 0 THEN
-		NEW.state := 'depend';
-		RETURN NEW;
-	END IF;
-	held := current_setting('transaction_isolation') = 'read committed' AND frameq._hold_job(NEW.job);
-	IF held THEN
-		SELECT l.deps_left,
-			   NOT EXISTS (SELECT 1 FROM unnest(CASE WHEN cardinality(l.tags) = 0
-													THEN ARRAY['']::text[] ELSE l.tags END) t(tag)
-							WHERE NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
-											   WHERE q.layer = l.id AND q.tag = t.tag
-												 AND q.priority = j.priority))
-		  INTO unmet, queued
-		  FROM frameq.layer l JOIN frameq.job j ON j.id = l.job
-		 WHERE l.id = NEW.layer;
-	END IF;
-	IF NOT held OR unmet > 0 THEN
-		IF (SELECT l.deps_left FROM frameq.layer l WHERE l.id = NEW.layer FOR SHARE) > 0 THEN
-			NEW.state := 'depend';
-			RETURN NEW;
-		END IF;
-		queued := false;
-	END IF;
-	/* a delayed task is not bookable yet: the worker queues it when it is */
-	IF NOT queued AND NEW.not_before IS NULL THEN
-		PERFORM frameq._queue_layers(ARRAY[NEW.layer]);
-	END IF;
-	RETURN NEW;
-END
-$$;
+	AS 'MODULE_PATHNAME', 'frameq_frame_gate' LANGUAGE C
+	SET search_path = pg_catalog, pg_temp;
 CREATE TRIGGER frame_gate BEFORE UPDATE OF state ON frameq.frame
 	FOR EACH ROW WHEN (NEW.state = 'waiting' AND OLD.state IS DISTINCT FROM 'waiting')
 	EXECUTE FUNCTION frameq._frame_gate();
