@@ -270,6 +270,7 @@ extern void frameq_dispatch_init(void);
 extern void frameq_dispatch_lookup(int64 layer, int32 *low, DispatchStamp *stamp);
 extern void frameq_dispatch_booked(int64 layer, int32 number, const DispatchStamp *stamp);
 extern void frameq_dispatch_waiting(int64 layer, int32 number);
+extern bool frameq_xact_released(void);
 extern void frameq_dispatch_skipped(int64 layer, int32 number);
 extern void frameq_dispatch_reset(void);
 

@@ -1471,11 +1471,18 @@ frameq_complete(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text(answer));
 }
 
+/* has this transaction released a proc? */
+bool
+frameq_xact_released(void)
+{
+	return released_lxid == MyProc->lxid;
+}
+
 PG_FUNCTION_INFO_V1(frameq_released_in_xact);
 
-/* frameq._released_in_xact(): has this transaction released a proc? */
+/* frameq._released_in_xact(): see frameq_xact_released() */
 Datum
 frameq_released_in_xact(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(released_lxid == MyProc->lxid);
+	PG_RETURN_BOOL(frameq_xact_released());
 }

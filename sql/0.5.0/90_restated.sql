@@ -975,40 +975,6 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = for
 DECLARE
 	r record;
 BEGIN
-	/* each kind in a statement of its own, so the common one runs alone */
-	IF OLD.frees_by_number AND NEW.numbers IS NULL THEN
-		/* one number: at most one task of each layer waiting for it */
-		FOR r IN UPDATE frameq.frame f
-					SET deps_left = f.deps_left - 1,
-						state = CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 'waiting' ELSE f.state END,
-						version = f.version + CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 1 ELSE 0 END
-				   FROM frameq.depend d
-				  WHERE d.on_layer = NEW.layer AND d.kind = 'frames' AND NOT d.satisfied
-					AND f.layer = d.layer AND f.number = NEW.number AND f.deps_left > 0
-			  RETURNING f.job, f.layer, f.number, f.state, f.deps_left LOOP
-			IF r.deps_left = 0 AND r.state = 'waiting' THEN
-				PERFORM frameq._frame_waiting(r.layer, r.number), frameq._announce_ready(r.job, r.layer, 1);
-			END IF;
-		END LOOP;
-	ELSIF OLD.frees_by_number THEN
-		FOR r IN WITH less AS (
-					UPDATE frameq.frame f
-					   SET deps_left = f.deps_left - 1,
-						   state = CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 'waiting' ELSE f.state END,
-						   version = f.version + CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 1 ELSE 0 END
-					  FROM frameq.depend d
-					 WHERE d.on_layer = NEW.layer AND d.kind = 'frames' AND NOT d.satisfied
-					   AND f.layer = d.layer AND f.number = ANY (NEW.numbers) AND f.deps_left > 0
-					RETURNING f.job, f.layer, f.number, f.state, f.deps_left)
-				 SELECT x.job, x.layer, min(x.number) AS low, count(*) AS freed
-				   FROM less x WHERE x.deps_left = 0 AND x.state = 'waiting'
-				  GROUP BY x.job, x.layer LOOP
-			PERFORM frameq._frame_waiting(r.layer, r.low), frameq._announce_ready(r.job, r.layer, r.freed);
-		END LOOP;
-	END IF;
-	IF NOT NEW.prereq THEN
-		RETURN NULL;
-	END IF;
 	FOR r IN WITH met AS (
 				UPDATE frameq.frame_depend e SET satisfied = true
 				 WHERE e.on_frame = NEW.id AND NOT e.satisfied
@@ -1033,61 +999,26 @@ BEGIN
 END
 $$;
 
-DROP TRIGGER frame_prereq_done ON frameq.frame;
-CREATE TRIGGER frame_prereq_done AFTER UPDATE OF state ON frameq.frame
-	FOR EACH ROW WHEN ((NEW.prereq OR OLD.frees_by_number) AND NEW.state IN ('succeeded', 'eaten')
+CREATE FUNCTION frameq._frees_by_number() RETURNS trigger
+	AS 'MODULE_PATHNAME', 'frameq_frees_by_number' LANGUAGE C
+	SET search_path = pg_catalog, pg_temp;
+
+CREATE TRIGGER frame_frees_by_number AFTER UPDATE OF state ON frameq.frame
+	FOR EACH ROW WHEN (OLD.frees_by_number AND NEW.state IN ('succeeded', 'eaten')
 					   AND OLD.state NOT IN ('succeeded', 'eaten'))
-	EXECUTE FUNCTION frameq._prereq_done();
+	EXECUTE FUNCTION frameq._frees_by_number();
 
 CREATE FUNCTION frameq._frees_once() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-	NEW.frees_by_number := false;
-	RETURN NEW;
-END
-$$;
+	AS 'MODULE_PATHNAME', 'frameq_frees_once' LANGUAGE C
+	SET search_path = pg_catalog, pg_temp;
 
 CREATE TRIGGER frame_frees_once BEFORE UPDATE OF state ON frameq.frame
 	FOR EACH ROW WHEN (OLD.frees_by_number AND NEW.state IN ('succeeded', 'eaten'))
 	EXECUTE FUNCTION frameq._frees_once();
 
 CREATE OR REPLACE FUNCTION frameq._frame_gate() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
-DECLARE
-	held bool;
-	unmet int;
-	queued bool := false;
-BEGIN
-	IF NEW.deps_left > 0 THEN
-		NEW.state := 'depend';
-		RETURN NEW;
-	END IF;
-	held := current_setting('transaction_isolation') = 'read committed' AND frameq._hold_job(NEW.job);
-	IF held THEN
-		SELECT l.deps_left,
-			   NOT EXISTS (SELECT 1 FROM unnest(CASE WHEN cardinality(l.tags) = 0
-													THEN ARRAY['']::text[] ELSE l.tags END) t(tag)
-							WHERE NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
-											   WHERE q.layer = l.id AND q.tag = t.tag
-												 AND q.priority = j.priority))
-		  INTO unmet, queued
-		  FROM frameq.layer l JOIN frameq.job j ON j.id = l.job
-		 WHERE l.id = NEW.layer;
-	END IF;
-	IF NOT held OR unmet > 0 THEN
-		IF (SELECT l.deps_left FROM frameq.layer l WHERE l.id = NEW.layer FOR SHARE) > 0 THEN
-			NEW.state := 'depend';
-			RETURN NEW;
-		END IF;
-		queued := false;
-	END IF;
-	/* a delayed task is not bookable yet: the worker queues it when it is */
-	IF NOT queued AND NEW.not_before IS NULL THEN
-		PERFORM frameq._queue_layers(ARRAY[NEW.layer]);
-	END IF;
-	RETURN NEW;
-END
-$$;
+	AS 'MODULE_PATHNAME', 'frameq_frame_gate' LANGUAGE C
+	SET search_path = pg_catalog, pg_temp;
 
 CREATE OR REPLACE FUNCTION frameq.depend_job(job bigint, on_job bigint) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -1719,6 +1650,7 @@ REVOKE ALL ON FUNCTION
 	frameq.heartbeat(text, text, bigint, bigint[], jsonb),
 	frameq.complete(text, text, bigint, bigint, int, int, bigint, bool),
 	frameq.unblock_host(bigint, text),
+	frameq._frees_by_number(),
 	frameq._frees_once(),
 	frameq._insert_tasks(bigint, bigint, text, int, bool, bool, bigint[], bool[]),
 	frameq._time_out(timestamptz),

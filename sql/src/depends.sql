@@ -227,54 +227,20 @@ END
 $$;
 
 /*
- * A prerequisite task ended succeeded or eaten: meet its edges and, at its
- * first end, the tasks of its numbers in the unchunked layers that wait
- * for its layer (not dropped), and free the dependents they held last in
- * the same update (the gate, frame_gate, still holds those whose layer
- * waits); then test its layer.  A dependent whose count a concurrent
- * drop_depends() has zeroed is left alone (deps_left > 0, tested again on
- * its latest version).  The dependents freed get their layers' dispatch
- * hints lowered and are announced as _free_tasks does.
+ * A prerequisite task (prereq: of a layer, or of a chunked layer's tasks)
+ * ended succeeded or eaten: meet its edges, and free the dependents they
+ * held last in the same update (the gate, frame_gate, still holds those
+ * whose layer waits); then test its layer.  A dependent whose count a
+ * concurrent drop_depends() has zeroed is left alone (deps_left > 0,
+ * tested again on its latest version).  The dependents freed get their
+ * layers' dispatch hints lowered and are announced as _free_tasks does.
+ * (The tasks found by its numbers are met by frame_frees_by_number.)
  */
 CREATE FUNCTION frameq._prereq_done() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
 	r record;
 BEGIN
-	/* each kind in a statement of its own, so the common one runs alone */
-	IF OLD.frees_by_number AND NEW.numbers IS NULL THEN
-		/* one number: at most one task of each layer waiting for it */
-		FOR r IN UPDATE frameq.frame f
-					SET deps_left = f.deps_left - 1,
-						state = CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 'waiting' ELSE f.state END,
-						version = f.version + CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 1 ELSE 0 END
-				   FROM frameq.depend d
-				  WHERE d.on_layer = NEW.layer AND d.kind = 'frames' AND NOT d.satisfied
-					AND f.layer = d.layer AND f.number = NEW.number AND f.deps_left > 0
-			  RETURNING f.job, f.layer, f.number, f.state, f.deps_left LOOP
-			IF r.deps_left = 0 AND r.state = 'waiting' THEN
-				PERFORM frameq._frame_waiting(r.layer, r.number), frameq._announce_ready(r.job, r.layer, 1);
-			END IF;
-		END LOOP;
-	ELSIF OLD.frees_by_number THEN
-		FOR r IN WITH less AS (
-					UPDATE frameq.frame f
-					   SET deps_left = f.deps_left - 1,
-						   state = CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 'waiting' ELSE f.state END,
-						   version = f.version + CASE WHEN f.deps_left = 1 AND f.state = 'depend' THEN 1 ELSE 0 END
-					  FROM frameq.depend d
-					 WHERE d.on_layer = NEW.layer AND d.kind = 'frames' AND NOT d.satisfied
-					   AND f.layer = d.layer AND f.number = ANY (NEW.numbers) AND f.deps_left > 0
-					RETURNING f.job, f.layer, f.number, f.state, f.deps_left)
-				 SELECT x.job, x.layer, min(x.number) AS low, count(*) AS freed
-				   FROM less x WHERE x.deps_left = 0 AND x.state = 'waiting'
-				  GROUP BY x.job, x.layer LOOP
-			PERFORM frameq._frame_waiting(r.layer, r.low), frameq._announce_ready(r.job, r.layer, r.freed);
-		END LOOP;
-	END IF;
-	IF NOT NEW.prereq THEN
-		RETURN NULL;
-	END IF;
 	FOR r IN WITH met AS (
 				UPDATE frameq.frame_depend e SET satisfied = true
 				 WHERE e.on_frame = NEW.id AND NOT e.satisfied
@@ -299,18 +265,27 @@ BEGIN
 END
 $$;
 CREATE TRIGGER frame_prereq_done AFTER UPDATE OF state ON frameq.frame
-	FOR EACH ROW WHEN ((NEW.prereq OR OLD.frees_by_number) AND NEW.state IN ('succeeded', 'eaten')
+	FOR EACH ROW WHEN (NEW.prereq AND NEW.state IN ('succeeded', 'eaten')
 					   AND OLD.state NOT IN ('succeeded', 'eaten'))
 	EXECUTE FUNCTION frameq._prereq_done();
 
-/* a prerequisite's first end meets the tasks found by its numbers, once */
+/*
+ * A prerequisite's first end meets the tasks of its numbers in the
+ * unchunked layers that wait for its layer (src/depends.c,
+ * meet_by_number): C, since it runs in every complete() of such a task.
+ */
+CREATE FUNCTION frameq._frees_by_number() RETURNS trigger
+	AS 'MODULE_PATHNAME', 'frameq_frees_by_number' LANGUAGE C
+	SET search_path = pg_catalog, pg_temp;
+CREATE TRIGGER frame_frees_by_number AFTER UPDATE OF state ON frameq.frame
+	FOR EACH ROW WHEN (OLD.frees_by_number AND NEW.state IN ('succeeded', 'eaten')
+					   AND OLD.state NOT IN ('succeeded', 'eaten'))
+	EXECUTE FUNCTION frameq._frees_by_number();
+
+/* a prerequisite's first end meets the tasks found by its numbers, once (src/depends.c) */
 CREATE FUNCTION frameq._frees_once() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-	NEW.frees_by_number := false;
-	RETURN NEW;
-END
-$$;
+	AS 'MODULE_PATHNAME', 'frameq_frees_once' LANGUAGE C
+	SET search_path = pg_catalog, pg_temp;
 CREATE TRIGGER frame_frees_once BEFORE UPDATE OF state ON frameq.frame
 	FOR EACH ROW WHEN (OLD.frees_by_number AND NEW.state IN ('succeeded', 'eaten'))
 	EXECUTE FUNCTION frameq._frees_once();
@@ -357,45 +332,12 @@ CREATE TRIGGER job_prereq_done AFTER UPDATE OF state ON frameq.job
  * fresh: then the count is read under FOR SHARE, which waits for the
  * transaction changing it.  (The lock, not FOR SHARE, is the common path:
  * every freeing transaction sharing a row lock rewrites it, a multixact.)
- * A BEFORE trigger, so that one function call does both.
+ * A BEFORE trigger, so that one function call does both; C (src/depends.c),
+ * since every task made waiting passes it.
  */
 CREATE FUNCTION frameq._frame_gate() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
-DECLARE
-	held bool;
-	unmet int;
-	queued bool := false;
-BEGIN
-	IF NEW.deps_left > 0 THEN
-		NEW.state := 'depend';
-		RETURN NEW;
-	END IF;
-	held := current_setting('transaction_isolation') = 'read committed' AND frameq._hold_job(NEW.job);
-	IF held THEN
-		SELECT l.deps_left,
-			   NOT EXISTS (SELECT 1 FROM unnest(CASE WHEN cardinality(l.tags) = 0
-													THEN ARRAY['']::text[] ELSE l.tags END) t(tag)
-							WHERE NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
-											   WHERE q.layer = l.id AND q.tag = t.tag
-												 AND q.priority = j.priority))
-		  INTO unmet, queued
-		  FROM frameq.layer l JOIN frameq.job j ON j.id = l.job
-		 WHERE l.id = NEW.layer;
-	END IF;
-	IF NOT held OR unmet > 0 THEN
-		IF (SELECT l.deps_left FROM frameq.layer l WHERE l.id = NEW.layer FOR SHARE) > 0 THEN
-			NEW.state := 'depend';
-			RETURN NEW;
-		END IF;
-		queued := false;
-	END IF;
-	/* a delayed task is not bookable yet: the worker queues it when it is */
-	IF NOT queued AND NEW.not_before IS NULL THEN
-		PERFORM frameq._queue_layers(ARRAY[NEW.layer]);
-	END IF;
-	RETURN NEW;
-END
-$$;
+	AS 'MODULE_PATHNAME', 'frameq_frame_gate' LANGUAGE C
+	SET search_path = pg_catalog, pg_temp;
 CREATE TRIGGER frame_gate BEFORE UPDATE OF state ON frameq.frame
 	FOR EACH ROW WHEN (NEW.state = 'waiting' AND OLD.state IS DISTINCT FROM 'waiting')
 	EXECUTE FUNCTION frameq._frame_gate();
