@@ -28,13 +28,13 @@
  *
  * What meets a dependency, at the cost of the tasks it frees:
  * - a prerequisite task ending succeeded or eaten, the first time (frame
- *	 trigger prereq_done, on tasks marked prereq or frees_by_number at
- *	 submit; only prereq ones are in the indexes of a layer's unfinished
- *	 prerequisite tasks, frame_prereq_open and _idle): its unmet edges
- *	 and, the first time (frees_by_number, cleared by frame_frees_once),
- *	 the tasks of its numbers in the unchunked layers waiting for it are
- *	 met, and, if its layer is a prerequisite of a layer, the layer is
- *	 tested for done (_layer_maybe_done);
+ *	 triggers on tasks marked at submit): a prereq task's unmet edges are
+ *	 met (frame_prereq_done; only prereq tasks are in the indexes of a
+ *	 layer's unfinished prerequisite tasks, frame_prereq_open and _idle),
+ *	 and, if its layer is a prerequisite of a layer, the layer is tested
+ *	 for done (_layer_maybe_done); a frees_by_number task's first end
+ *	 (the flag cleared by frame_frees_once) meets the tasks of its numbers
+ *	 in the unchunked layers waiting for it (frame_frees_by_number, C);
  * - a job finishing with no dead task, or its last dead task eaten
  *	 (triggers job_prereq_done and frame_dead_eaten): its dependents' rows
  *	 are met;
