@@ -62,9 +62,9 @@ extern int	frameq_lock_wait;		/* milliseconds */
 extern void frameq_guc_init(void);
 
 /* frameq.c */
-#define FRAMEQ_LIBRARY_VERSION	"0.5.0"
+#define FRAMEQ_LIBRARY_VERSION	"0.6.0"
 /* a relation that the newest upgrade step creates (frameq_schema_current) */
-#define FRAMEQ_SCHEMA_MARKER	"proc_timeout_due"
+#define FRAMEQ_SCHEMA_MARKER	"frame_raised"
 extern bool frameq_loaded_at_startup;
 extern void frameq_require_preload(void);
 extern bool frameq_schema_current(void);

@@ -276,7 +276,17 @@ CREATE TABLE frameq.frame (
 	 * the background worker clears it (worker.sql, _delays_ended).  Kept
 	 * while dependencies hold the task; cleared when it ends otherwise.
 	 */
-	not_before	timestamptz CHECK (not_before IS NULL OR state IN ('waiting', 'depend'))
+	not_before	timestamptz CHECK (not_before IS NULL OR state IN ('waiting', 'depend')),
+	/*
+	 * The task's memory once a retry after an OOM raised it above its
+	 * layer's (NULL: the layer's).  A raised task that is waiting is
+	 * booked from a dispatch queue row of its own, at this size, and not
+	 * from its layer's (frame_raised, dispatch.sql).
+	 */
+	memory		bigint CHECK (memory > 0),
+	/* why a dead task is dead, when it is not that its retries ran out */
+	dead_reason text CHECK (dead_reason IS NULL OR
+							(state = 'dead' AND pg_catalog.length(dead_reason) <= 200))
 );
 /*
  * The next bookable frame of a layer, without reading the rest of the
@@ -284,6 +294,9 @@ CREATE TABLE frameq.frame (
  */
 CREATE INDEX frame_waiting ON frameq.frame (layer, number)
 	WHERE state = 'waiting' AND not_before IS NULL;
+/* the bookable tasks whose memory an OOM raised, by size: booked by size */
+CREATE INDEX frame_raised ON frameq.frame (layer, memory, number)
+	WHERE state = 'waiting' AND not_before IS NULL AND memory IS NOT NULL;
 /* the delayed tasks by when they are due: the worker's one probe a round */
 CREATE INDEX frame_delayed ON frameq.frame (not_before)
 	WHERE state = 'waiting' AND not_before IS NOT NULL;

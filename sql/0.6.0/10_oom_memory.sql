@@ -1,0 +1,8 @@
+
+/* a task's memory raised by a retry after an OOM, and why a dead task is dead */
+ALTER TABLE frameq.frame
+	ADD COLUMN memory bigint CHECK (memory > 0),
+	ADD COLUMN dead_reason text CHECK (dead_reason IS NULL OR
+									   (state = 'dead' AND pg_catalog.length(dead_reason) <= 200));
+CREATE INDEX frame_raised ON frameq.frame (layer, memory, number)
+	WHERE state = 'waiting' AND not_before IS NULL AND memory IS NOT NULL;
