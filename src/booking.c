@@ -101,9 +101,10 @@ typedef struct LayerCandidate
 	int32		min_cc;
 	int32		max_cc;
 	bool		threadable;
-	int64		memory;
+	int64		memory;			/* the layer's, or the raised tasks' (raised) */
 	int32		gpus;
 	int64		gpu_memory;
+	bool		raised;			/* book only tasks an OOM raised to memory */
 	char	   *command;
 	Datum		env;
 	bool		has_timeout;	/* the layer's timeout, else its job's */
@@ -653,20 +654,37 @@ charge_frames(LayerBooking *b, int want)
 }
 
 /*
- * 2. Take and start as many waiting frames as were charged, lowest numbers
- * first, from the layer's dispatch hint on; give back the charges of
- * frames the layer did not have.  The hint is read before the statement
- * takes its snapshot: see dispatch.c.
+ * The claim statement's plan: frames of the layer's own size ($3: from
+ * the dispatch hint on), or frames an OOM raised ($3: to that memory).
  */
-static void
-claim_frames(LayerBooking *b)
+static SPIPlanPtr
+claim_plan(bool raised)
 {
 	static SPIPlanPtr plan = NULL;
-	Datum		args[3];
-	int32		low;
-	FrameTry   *got;
-	int			ret;
+	static SPIPlanPtr raised_plan = NULL;
 
+	if (raised)
+	{
+		if (raised_plan == NULL)
+		{
+			Oid			types[3] = {INT8OID, INT4OID, INT8OID};
+
+			/* as below, from frame_raised: no hint, few tasks */
+			raised_plan = frameq_prepare("UPDATE frameq.frame"
+										 "   SET state = 'running', version = version + 1,"
+										 "       attempts = attempts + 1"
+										 " WHERE id = ANY (ARRAY(SELECT id FROM frameq.frame"
+										 "         WHERE layer = $1 AND state = 'waiting' AND not_before IS NULL"
+										 "           AND memory = $3"
+										 "         ORDER BY number LIMIT $2"
+										 "           FOR UPDATE SKIP LOCKED))"
+										 " RETURNING id, number, numbers[pg_catalog.cardinality(numbers)],"
+										 "   CASE WHEN numbers IS NOT NULL"
+										 "        THEN frameq._frame_spec(number, numbers) END",
+										 3, types);
+		}
+		return raised_plan;
+	}
 	if (plan == NULL)
 	{
 		Oid			types[3] = {INT8OID, INT4OID, INT4OID};
@@ -680,18 +698,19 @@ claim_frames(LayerBooking *b)
 		 * tests nothing more.  (It used to test state = 'waiting' again,
 		 * which let the planner answer it with a bitmap of the whole
 		 * frame_waiting index, every waiting frame of the farm: 2.3 ms a
-		 * claim with 58,000 waiting, in item 2a.)  not_before IS NULL is
-		 * the index's predicate: a delayed task is never read, and one
-		 * delayed since the snapshot fails the row lock's recheck.  A
-		 * chunked task (numbers not NULL) also returns its last number and
-		 * its spec; an unchunked one pays for two NULL tests only.
+		 * claim with 58,000 waiting, in item 2a.)  not_before IS NULL and
+		 * memory IS NULL are the index's predicate: a delayed task, or one
+		 * an OOM raised, is never read, and one delayed since the snapshot
+		 * fails the row lock's recheck.  A chunked task (numbers not NULL)
+		 * also returns its last number and its spec; an unchunked one pays
+		 * for two NULL tests only.
 		 */
 		plan = frameq_prepare("UPDATE frameq.frame"
 							  "   SET state = 'running', version = version + 1,"
 							  "       attempts = attempts + 1"
 							  " WHERE id = ANY (ARRAY(SELECT id FROM frameq.frame"
 							  "         WHERE layer = $1 AND state = 'waiting' AND not_before IS NULL"
-							  "           AND number >= $3"
+							  "           AND memory IS NULL AND number >= $3"
 							  "         ORDER BY number LIMIT $2"
 							  "           FOR UPDATE SKIP LOCKED))"
 							  " RETURNING id, number, numbers[pg_catalog.cardinality(numbers)],"
@@ -699,11 +718,33 @@ claim_frames(LayerBooking *b)
 							  "        THEN frameq._frame_spec(number, numbers) END",
 							  3, types);
 	}
-	frameq_dispatch_lookup(b->layer->id, &low, &b->stamp);
+	return plan;
+}
+
+/*
+ * 2. Take and start as many waiting frames as were charged, lowest numbers
+ * first, from the layer's dispatch hint on (a raised size's: from its
+ * first); give back the charges of frames the layer did not have.  The
+ * hint is read before the statement takes its snapshot: see dispatch.c.
+ */
+static void
+claim_frames(LayerBooking *b)
+{
+	Datum		args[3];
+	int32		low;
+	FrameTry   *got;
+	int			ret;
+
 	args[0] = Int64GetDatum(b->layer->id);
 	args[1] = Int32GetDatum(b->ncharged);
-	args[2] = Int32GetDatum(low);
-	ret = SPI_execute_plan(plan, args, NULL, false, 0);
+	if (b->layer->raised)
+		args[2] = Int64GetDatum(b->layer->memory);
+	else
+	{
+		frameq_dispatch_lookup(b->layer->id, &low, &b->stamp);
+		args[2] = Int32GetDatum(low);
+	}
+	ret = SPI_execute_plan(claim_plan(b->layer->raised), args, NULL, false, 0);
 	if (ret != SPI_OK_UPDATE_RETURNING)
 		elog(ERROR, "frameq: frame claim failed: %s", SPI_result_code_string(ret));
 	b->nclaimed = (int) SPI_processed;
@@ -893,12 +934,15 @@ hand_out(LayerBooking *b)
 		Datum		values[BOOKING_MAX_NATTS];
 		bool		vnulls[BOOKING_MAX_NATTS];
 
+		/* the hint is of the layer's own size's tasks only */
 		if (t->result != BOOKED)
 		{
-			frameq_dispatch_skipped(layer->id, t->number);
+			if (!layer->raised)
+				frameq_dispatch_skipped(layer->id, t->number);
 			continue;
 		}
-		frameq_dispatch_booked(layer->id, t->number, &b->stamp);
+		if (!layer->raised)
+			frameq_dispatch_booked(layer->id, t->number, &b->stamp);
 		st->booked++;
 		nbooked++;
 		/* null: the attributes found by name until set, and any dropped one */
@@ -1058,12 +1102,16 @@ typedef struct QueueRow
 	int64		layer;
 	int32		min_cc;
 	int32		gpus;
+	int64		memory;			/* the layer's, or a size its raised tasks have */
 	bool		fresh;			/* the job is active, at the row's priority */
 	bool		blocks;			/* some host may be blocked for the job (limits.c) */
 	JobCandidate caps;			/* the job's id, folder and caps (no name) */
 } QueueRow;
 
-/* policy order: priority descending, then job, dispatch order, layer */
+/*
+ * policy order: priority descending, then job, dispatch order, layer; a
+ * layer's own size before the sizes its raised tasks have
+ */
 static bool
 row_before(const QueueRow *a, const QueueRow *b)
 {
@@ -1073,7 +1121,9 @@ row_before(const QueueRow *a, const QueueRow *b)
 		return a->job < b->job;
 	if (a->dispatch_order != b->dispatch_order)
 		return a->dispatch_order < b->dispatch_order;
-	return a->layer < b->layer;
+	if (a->layer != b->layer)
+		return a->layer < b->layer;
+	return a->memory < b->memory;
 }
 
 static int
@@ -1110,10 +1160,11 @@ typedef struct Streams
 	"q.ctid, q.priority, q.job, q.dispatch_order, q.layer, q.min_cc, q.gpus," \
 	" coalesce(j.state = 'active' AND j.priority = q.priority, false)," \
 	" j.folder, coalesce(j.max_cc, -1), coalesce(j.max_gpus, -1)," \
-	" coalesce(f.max_cc, -1), coalesce(f.max_gpus, -1), coalesce(j.host_blocks, false)"
+	" coalesce(f.max_cc, -1), coalesce(f.max_gpus, -1), coalesce(j.host_blocks, false)," \
+	" q.memory"
 #define STREAM_ROOM \
 	" AND q.min_cc <= $6 AND q.memory <= $7 AND q.gpus <= $8 AND q.gpu_memory <= $9"
-#define STREAM_ORDER " ORDER BY q.priority DESC, q.job, q.dispatch_order, q.layer"
+#define STREAM_ORDER " ORDER BY q.priority DESC, q.job, q.dispatch_order, q.layer, q.min_cc, q.memory"
 
 /*
  * The first rows of each stream of the show that may have rows for this
@@ -1145,14 +1196,18 @@ heads_plan(void)
 	return plan;
 }
 
-/* the rows of one stream after ($10, $11, $12, $13), its last row read */
+/*
+ * The rows of one stream after ($10 to $15), its last row read.  The
+ * memory is part of the key: a layer has a row per size its raised tasks
+ * have (min_cc, the same for all of them, keeps the index's order).
+ */
 static SPIPlanPtr
 more_plan(void)
 {
 	static SPIPlanPtr plan = NULL;
-	Oid			types[13] = {INT4OID, TEXTOID, BOOLOID, INT2OID, INT2OID,
+	Oid			types[15] = {INT4OID, TEXTOID, BOOLOID, INT2OID, INT2OID,
 		INT4OID, INT8OID, INT4OID, INT8OID,
-	INT4OID, INT8OID, INT4OID, INT8OID};
+	INT4OID, INT8OID, INT4OID, INT8OID, INT4OID, INT8OID};
 
 	if (plan == NULL)
 		plan = frameq_prepare("SELECT " STREAM_COLUMNS
@@ -1162,9 +1217,10 @@ more_plan(void)
 							  " WHERE q.show = $1 AND q.tag = $2 AND q.gpu = $3"
 							  "   AND q.mem_class = $4 AND q.core_class = $5" STREAM_ROOM
 							  "   AND q.priority <= $10"
-							  "   AND (q.priority < $10 OR (q.job, q.dispatch_order, q.layer) > ($11, $12, $13))"
+							  "   AND (q.priority < $10 OR (q.job, q.dispatch_order, q.layer, q.min_cc, q.memory)"
+							  "                            > ($11, $12, $13, $14, $15))"
 							  STREAM_ORDER " LIMIT " CppAsString2(QUEUE_BATCH),
-							  13, types);
+							  15, types);
 	return plan;
 }
 
@@ -1191,6 +1247,7 @@ read_row(HeapTuple tup, TupleDesc desc, int first, QueueRow *r)
 	r->caps.folder_cap_cc = frameq_get_int32(tup, desc, first + 11, NULL);
 	r->caps.folder_cap_gpus = frameq_get_int32(tup, desc, first + 12, NULL);
 	r->blocks = frameq_get_bool(tup, desc, first + 13, NULL);
+	r->memory = frameq_get_int64(tup, desc, first + 14, NULL);
 }
 
 /* the stream of this key, added if it is new */
@@ -1295,7 +1352,7 @@ close_streams(Streams *streams)
 static void
 read_more(Streams *streams, Stream *s)
 {
-	Datum		args[13];
+	Datum		args[15];
 
 	args[0] = Int32GetDatum(streams->show);
 	args[1] = s->tag;
@@ -1307,6 +1364,8 @@ read_more(Streams *streams, Stream *s)
 	args[10] = Int64GetDatum(s->last.job);
 	args[11] = Int32GetDatum(s->last.dispatch_order);
 	args[12] = Int64GetDatum(s->last.layer);
+	args[13] = Int32GetDatum(s->last.min_cc);
+	args[14] = Int64GetDatum(s->last.memory);
 	if (SPI_execute_plan(more_plan(), args, NULL, true, QUEUE_BATCH) != SPI_OK_SELECT)
 		elog(ERROR, "frameq: dispatch queue read failed");
 	s->n = (int) SPI_processed;
@@ -1554,6 +1613,23 @@ host_blocked(const ReserveState *st, int64 job)
 }
 
 /*
+ * A queue row of another size than its layer's stands for the tasks an
+ * OOM retry raised to that size (dispatch.sql): book those, at it.  False
+ * for a row below the layer's size, which no raised task can have.
+ */
+static bool
+raise_layer(LayerCandidate *layer, int64 row_memory)
+{
+	if (row_memory == layer->memory)
+		return true;
+	if (row_memory < layer->memory)
+		return false;
+	layer->raised = true;
+	layer->memory = row_memory;
+	return true;
+}
+
+/*
  * Walk one show's candidate layers in policy order and book from each.
  * Rows of jobs that are not active or have another priority now are stale:
  * skipped and tidied.  A row over its job's or folder's cap is skipped and,
@@ -1591,7 +1667,7 @@ book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tid
 		int			claimed;
 
 		/* a layer asking for several of the host's tags comes once per tag */
-		if (r.layer == prev.layer && r.priority == prev.priority)
+		if (r.layer == prev.layer && r.priority == prev.priority && r.memory == prev.memory)
 			continue;
 		prev = r;
 		if (r.job == skip_job)
@@ -1640,7 +1716,10 @@ book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tid
 			continue;
 		claimed = st->claimed;
 		st->emptied = false;
-		result = book_layer(st, show, &job, &layer);
+		if (raise_layer(&layer, r.memory))
+			result = book_layer(st, show, &job, &layer);
+		else
+			st->emptied = true; /* no task is raised to less than its layer */
 		if (st->claimed > claimed && !job_counted)
 		{
 			job_counted = true;

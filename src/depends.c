@@ -142,6 +142,20 @@ row_value(HeapTuple tup, TupleDesc desc, const char *name, bool *isnull)
 	return SPI_getbinval(tup, desc, col, isnull);
 }
 
+/* the same for a column a schema before its version lacks: NULL there */
+static Datum
+row_value_since(HeapTuple tup, TupleDesc desc, const char *name, bool *isnull)
+{
+	int			col = SPI_fnumber(desc, name);
+
+	if (col <= 0)
+	{
+		*isnull = true;
+		return (Datum) 0;
+	}
+	return SPI_getbinval(tup, desc, col, isnull);
+}
+
 /*
  * Meet, once, the frame-by-frame dependencies found by number on the task
  * that just ended (its layer, its numbers): each task of its numbers in an
@@ -349,6 +363,25 @@ queue_layer(int64 layer)
 		elog(ERROR, "frameq: queueing layer %lld failed", (long long) layer);
 }
 
+/* a task raised to this memory by an OOM retry: its own size's row */
+static void
+queue_raised(int64 layer, int64 memory)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[2];
+
+	if (plan == NULL)
+	{
+		Oid			types[2] = {INT8OID, INT8OID};
+
+		plan = frameq_prepare("SELECT frameq._queue_layers('{}', $1, $2)", 2, types);
+	}
+	args[0] = Int64GetDatum(layer);
+	args[1] = Int64GetDatum(memory);
+	if (SPI_execute_plan(plan, args, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "frameq: queueing layer %lld failed", (long long) layer);
+}
+
 PG_FUNCTION_INFO_V1(frameq_frame_gate);
 
 /* BEFORE UPDATE trigger frame_gate (WHEN a task becomes waiting) */
@@ -389,10 +422,22 @@ frameq_frame_gate(PG_FUNCTION_ARGS)
 		}
 		queued = false;
 	}
-	/* a delayed task is not bookable yet: the worker queues it when it is */
+	/*
+	 * A delayed task is not bookable yet: the worker queues it when it is.
+	 * A task whose memory an OOM raised is booked from a row of its size,
+	 * whether or not the layer's own row is there.
+	 */
 	(void) row_value(row, desc, "not_before", &isnull);
-	if (!queued && isnull)
-		queue_layer(layer);
+	if (isnull)
+	{
+		bool		unraised;
+		Datum		memory = row_value_since(row, desc, "memory", &unraised);	/* 0.6.0 */
+
+		if (!unraised)
+			queue_raised(layer, DatumGetInt64(memory));
+		else if (!queued)
+			queue_layer(layer);
+	}
 	SPI_finish();
 	return PointerGetDatum(row);
 }

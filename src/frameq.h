@@ -293,6 +293,9 @@ typedef struct ReleaseContext
 	int32		exit_signal;
 	bool		have_rss;
 	int64		max_rss;
+	bool		oom_retry;		/* complete(oom): the task's memory is set */
+	int64		memory;			/* its new frame.memory; 0 for NULL */
+	const char *dead_reason;	/* dead because it fits no host; NULL if not */
 } ReleaseContext;
 
 extern void frameq_release_with(const ReleaseContext *ctx);

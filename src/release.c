@@ -822,6 +822,42 @@ close_run(const ProcRow *p, const ReleaseContext *ctx)
 }
 
 /*
+ * release_frame's statement for a render killed for memory (complete()
+ * with oom): the task's memory is set to what its retry needs, and a task
+ * that fits no host says so (frame.dead_reason).  args[0] to [2] are
+ * release_frame's.
+ */
+static int
+release_oom(const ProcRow *p, const ReleaseContext *ctx, bool delayed, Datum *args)
+{
+	static SPIPlanPtr plan = NULL;
+	char		nulls[6] = "      ";
+
+	if (plan == NULL)
+	{
+		Oid			types[6] = {INT8OID, TEXTOID, INT4OID, INT8OID, TEXTOID, INT4OID};
+
+		plan = frameq_prepare("UPDATE frameq.frame"
+							  "   SET state = $2, retries = retries + $3, memory = $4,"
+							  "       dead_reason = $5,"
+							  "       not_before = CASE WHEN $6 > 0 THEN clock_timestamp()"
+							  "                         + make_interval(secs => $6) END,"
+							  "       version = version + 1"
+							  " WHERE id = $1 AND state = 'running'"
+							  " RETURNING number",
+							  6, types);
+	}
+	args[3] = Int64GetDatum(ctx->memory);
+	if (ctx->memory == 0)
+		nulls[3] = 'n';
+	args[4] = ctx->dead_reason ? CStringGetTextDatum(ctx->dead_reason) : (Datum) 0;
+	if (ctx->dead_reason == NULL)
+		nulls[4] = 'n';
+	args[5] = Int32GetDatum(delayed ? ctx->delay_s : 0);
+	return SPI_execute_plan(plan, args, nulls, false, 0);
+}
+
+/*
  * Move the proc's frame out of running to its new state, counting a retry
  * if the frame itself failed, or a requeue; a frame back to waiting lowers
  * its layer's dispatch hint, unless it is delayed: then it is not
@@ -837,7 +873,7 @@ release_frame(const ProcRow *p, const ReleaseContext *ctx)
 	static SPIPlanPtr plan = NULL;
 	static SPIPlanPtr requeue_plan = NULL;
 	bool		delayed = ctx->delay_s > 0 && strcmp(ctx->new_state, "waiting") == 0;
-	Datum		args[5];
+	Datum		args[6];
 	int			ret;
 
 	if (plan == NULL)
@@ -854,7 +890,9 @@ release_frame(const ProcRow *p, const ReleaseContext *ctx)
 	args[0] = Int64GetDatum(p->frame);
 	args[1] = CStringGetTextDatum(ctx->new_state);
 	args[2] = Int32GetDatum(ctx->count_retry ? 1 : 0);
-	if (ctx->count_requeue || delayed)
+	if (ctx->oom_retry)
+		ret = release_oom(p, ctx, delayed, args);
+	else if (ctx->count_requeue || delayed)
 	{
 		if (requeue_plan == NULL)
 		{
@@ -1272,7 +1310,8 @@ read_report(FunctionCallInfo fcinfo, Report *r)
  * first: host, epoch, killing, want_state, the frame's retries, the job's
  * max_retries and auto_eat; whether the reported exit is a requeue (a
  * requeue code of the layer, as its job gives them if it has none, with
- * requeues left); the requeue delay and the retry delay in force.
+ * requeues left); the requeue delay and the retry delay in force; the
+ * proc's memory, its layer and the layer's memory (for an OOM's retry).
  */
 static bool
 lock_reported_proc(const Report *r, int32 host_id)
@@ -1307,7 +1346,8 @@ lock_reported_proc(const Report *r, int32 host_id)
 							  "       coalesce(l.requeue_delay, j.requeue_delay, "
 							  CppAsString2(FRAMEQ_DEFAULT_REQUEUE_DELAY) "),"
 							  "       coalesce(l.retry_delay, j.retry_delay, "
-							  CppAsString2(FRAMEQ_DEFAULT_RETRY_DELAY) ")"
+							  CppAsString2(FRAMEQ_DEFAULT_RETRY_DELAY) "),"
+							  "       p.memory, p.layer, l.memory"
 							  "  FROM frameq.proc p,"
 							  "       LATERAL (SELECT x.retries, x.requeues FROM frameq.frame x"
 							  "                 WHERE x.id = p.frame OFFSET 0) f,"
@@ -1315,7 +1355,7 @@ lock_reported_proc(const Report *r, int32 host_id)
 							  "                       x.requeue_delay, x.max_requeues, x.retry_delay"
 							  "                  FROM frameq.job x WHERE x.id = p.job OFFSET 0) j,"
 							  "       LATERAL (SELECT x.requeue_exit_codes, x.requeue_delay,"
-							  "                       x.max_requeues, x.retry_delay"
+							  "                       x.max_requeues, x.retry_delay, x.memory"
 							  "                  FROM frameq.layer x WHERE x.id = p.layer OFFSET 0) l"
 							  " WHERE p.id = $1 AND p.host = $2 AND p.epoch = $3"
 							  "   FOR NO KEY UPDATE OF p",
@@ -1334,6 +1374,54 @@ lock_reported_proc(const Report *r, int32 host_id)
 }
 
 /*
+ * What a task killed for memory needs for its retry: 1.5 times what its
+ * run was booked with, or its peak if that was more (rounded up), but no
+ * more than the largest host that could run it has.  A task whose peak
+ * was already more than that host's memory, or that no host could run any
+ * more, is dead whatever its retries, and says why.  The new requirement
+ * is frame.memory unless it is no more than the layer's own.
+ */
+static void
+oom_requirement(const Report *r, int64 booked, int64 layer, int64 layer_memory,
+				ReleaseContext *ctx)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[1];
+	bool		none;
+	int64		largest;
+	int64		need;
+
+	if (plan == NULL)
+	{
+		Oid			types[1] = {INT8OID};
+
+		plan = frameq_prepare("SELECT frameq._largest_host_memory($1)", 1, types);
+	}
+	args[0] = Int64GetDatum(layer);
+	if (SPI_execute_plan(plan, args, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "frameq: largest host lookup failed");
+	largest = frameq_get_int64(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &none);
+
+	need = booked > PG_INT64_MAX / 3 * 2 ? PG_INT64_MAX : booked + (booked + 1) / 2;
+	if (r->have_rss && r->max_rss > need)
+		need = r->max_rss;
+	ctx->oom_retry = true;
+	if (none || (r->have_rss && r->max_rss > largest))
+	{
+		ctx->new_state = "dead";
+		ctx->delay_s = 0;
+		ctx->dead_reason = none
+			? "killed for memory, and no host could run it"
+			: psprintf("killed for memory: its peak of %lld bytes is more than the largest host"
+					   " that could run it has (%lld)",
+					   (long long) r->max_rss, (long long) largest);
+	}
+	else
+		need = Min(need, largest);
+	ctx->memory = need > layer_memory ? need : 0;
+}
+
+/*
  * What the end of a render means for its frame (the locked proc row of
  * lock_reported_proc): a killed render confirms its kill order and the
  * frame goes where the kill wanted; exit 0 succeeds (unless the agent says
@@ -1342,8 +1430,8 @@ lock_reported_proc(const Report *r, int32 host_id)
  * sends it back to waiting, counted as a requeue and not as a retry, for
  * requeue_delay; anything else is a failure of the frame, which uses up a
  * retry and waits retry_delay, or, once there are none left, leaves it
- * dead (or eaten, if its job says so); with oom, its run's reason is oom.
- * (A retry with more memory after an oom is not built yet.)
+ * dead (or eaten, if its job says so); with oom, its run's reason is oom,
+ * and the task's memory is raised for its retry (oom_requirement).
  */
 static void
 classify_report(const Report *r, HeapTuple tup, TupleDesc desc, ReleaseContext *ctx)
@@ -1372,14 +1460,19 @@ classify_report(const Report *r, HeapTuple tup, TupleDesc desc, ReleaseContext *
 	else
 	{
 		/* a failure of the render: it uses up a retry (killed for memory: oom) */
-		if (r->oom)
-			ctx->reason = "oom";
 		ctx->count_retry = true;
 		ctx->new_state = failed_state(frameq_get_int32(tup, desc, 5, NULL),
 									  frameq_get_int32(tup, desc, 6, NULL),
 									  frameq_get_bool(tup, desc, 7, NULL));
 		if (strcmp(ctx->new_state, "waiting") == 0)
 			ctx->delay_s = frameq_get_int32(tup, desc, 10, NULL);
+		if (r->oom)
+		{
+			ctx->reason = "oom";
+			oom_requirement(r, frameq_get_int64(tup, desc, 11, NULL),
+							frameq_get_int64(tup, desc, 12, NULL),
+							frameq_get_int64(tup, desc, 13, NULL), ctx);
+		}
 	}
 }
 

@@ -6,3 +6,7 @@ ALTER TABLE frameq.frame
 									   (state = 'dead' AND pg_catalog.length(dead_reason) <= 200));
 CREATE INDEX frame_raised ON frameq.frame (layer, memory, number)
 	WHERE state = 'waiting' AND not_before IS NULL AND memory IS NOT NULL;
+/* a raised task is booked only at its size: not from the layer's index */
+DROP INDEX frameq.frame_waiting;
+CREATE INDEX frame_waiting ON frameq.frame (layer, number)
+	WHERE state = 'waiting' AND not_before IS NULL AND memory IS NULL;

@@ -146,7 +146,7 @@ BEGIN
 									f.id, f.layer, d.low)
 	  FROM frameq._dispatch_hints() d
 	  JOIN frameq.frame f ON f.layer = d.layer AND f.state = 'waiting' AND f.not_before IS NULL
-						  AND f.number < d.low;
+						  AND f.memory IS NULL AND f.number < d.low;
 
 	/*
 	 * A row per tag, of the job's show, resources and size classes, at any
@@ -168,7 +168,8 @@ BEGIN
 									   j.folder, coalesce(fo.max_cc, -1), coalesce(fo.max_gpus, -1),
 									   l.min_cc, l.gpus)
 	   AND EXISTS (SELECT 1 FROM frameq.frame f
-					WHERE f.layer = l.id AND f.state = 'waiting' AND f.not_before IS NULL)
+					WHERE f.layer = l.id AND f.state = 'waiting' AND f.not_before IS NULL
+					  AND f.memory IS NULL)
 	   AND NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
 						WHERE q.layer = l.id AND q.job = j.id AND q.show = j.show AND q.tag = t.tag
 						  AND q.gpu = (l.gpus > 0) AND q.dispatch_order = l.dispatch_order
@@ -176,6 +177,42 @@ BEGIN
 							  = (l.min_cc, l.memory, l.gpus, l.gpu_memory)
 						  AND (q.mem_class, q.core_class)
 							  = (frameq._memory_class(l.memory), frameq._cores_class(l.min_cc)));
+
+	/* the same for each size an OOM retry raised waiting tasks of the layer to */
+	RETURN QUERY
+	SELECT 'no waiting frame is passed over',
+		   format('layer %s of active job %s has waiting tasks raised to %s bytes of memory but no dispatch queue row of that size for tag "%s"',
+				  l.id, j.id, r.memory, t.tag)
+	  FROM frameq.layer l
+	  JOIN frameq.job j ON j.id = l.job
+	  LEFT JOIN frameq.folder fo ON fo.id = j.folder
+	 CROSS JOIN LATERAL (SELECT DISTINCT f.memory FROM frameq.frame f
+						  WHERE f.layer = l.id AND f.state = 'waiting' AND f.not_before IS NULL
+							AND f.memory IS NOT NULL) r
+	 CROSS JOIN LATERAL unnest(CASE WHEN cardinality(l.tags) = 0 THEN ARRAY['']::text[]
+									ELSE l.tags END) t(tag)
+	 WHERE j.state = 'active'
+	   AND NOT frameq._parked_over_cap(j.id, coalesce(j.max_cc, -1), coalesce(j.max_gpus, -1),
+									   j.folder, coalesce(fo.max_cc, -1), coalesce(fo.max_gpus, -1),
+									   l.min_cc, l.gpus)
+	   AND NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
+						WHERE q.layer = l.id AND q.job = j.id AND q.show = j.show AND q.tag = t.tag
+						  AND q.gpu = (l.gpus > 0) AND q.dispatch_order = l.dispatch_order
+						  AND (q.min_cc, q.memory, q.gpus, q.gpu_memory)
+							  = (l.min_cc, r.memory, l.gpus, l.gpu_memory)
+						  AND (q.mem_class, q.core_class)
+							  = (frameq._memory_class(r.memory), frameq._cores_class(l.min_cc)));
+
+	/*
+	 * A raised task's memory is above its layer's (complete() raises it
+	 * only above): reserve() takes a row below the layer's for stale.
+	 */
+	RETURN QUERY
+	SELECT 'no waiting frame is passed over', format('task %s is raised to %s bytes of memory, no more than its layer''s %s',
+							f.id, f.memory, l.memory)
+	  FROM frameq.frame f JOIN frameq.layer l ON l.id = f.layer
+	 WHERE f.state = 'waiting' AND f.not_before IS NULL AND f.memory IS NOT NULL
+	   AND f.memory <= l.memory;
 
 	/*
 	 * A delayed task is not bookable, so none of the above asks about it;

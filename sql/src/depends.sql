@@ -96,8 +96,12 @@ CREATE FUNCTION frameq._announce_job_ready(job bigint) RETURNS void
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 	SELECT frameq._announce_ready(job, l.id, w.n)
 	  FROM frameq.layer l
-	 CROSS JOIN LATERAL (SELECT count(*) AS n FROM frameq.frame f
-						  WHERE f.layer = l.id AND f.state = 'waiting' AND f.not_before IS NULL) w
+	 CROSS JOIN LATERAL (SELECT (SELECT count(*) FROM frameq.frame f
+								  WHERE f.layer = l.id AND f.state = 'waiting' AND f.not_before IS NULL
+									AND f.memory IS NULL)
+								+ (SELECT count(*) FROM frameq.frame f
+									WHERE f.layer = l.id AND f.state = 'waiting' AND f.not_before IS NULL
+									  AND f.memory IS NOT NULL) AS n) w
 	 WHERE l.job = _announce_job_ready.job AND w.n > 0
 	   AND EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = _announce_job_ready.job AND j.state = 'active')
 	 ORDER BY l.id

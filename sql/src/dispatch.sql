@@ -88,8 +88,14 @@ CREATE FUNCTION frameq._cores_class(min_cc int) RETURNS smallint
 
 /*
  * Queue these layers at their job's current priority, one row per tag, and
- * list their streams.  A row already there for the layer, tag and
- * priority is relied on instead of writing another, so a layer whose tasks
+ * list their streams.  A layer's row carries its memory; a task whose
+ * memory an OOM retry raised (frame.memory) is booked from a row of its
+ * own at that size, so a layer gets one more row per raised size that its
+ * waiting tasks have (found in frame_raised), and raised_layer with
+ * raised_memory queues one such row for a task this statement is making
+ * waiting (the gate, which runs before its row is written).  A row
+ * already there for the layer, tag, priority and memory is relied on
+ * instead of writing another, so a layer whose tasks
  * are freed one transaction at a time (a frame-by-frame dependent) keeps
  * one row, not one per task.  What keeps that row until this transaction
  * has committed (by when every tidy's snapshot sees the frame it made
@@ -104,9 +110,11 @@ CREATE FUNCTION frameq._cores_class(min_cc int) RETURNS smallint
  * (a multixact) by each.  PL/pgSQL with generic plans, planned once per
  * session.
  */
-CREATE FUNCTION frameq._queue_layers(layers bigint[]) RETURNS void
+CREATE FUNCTION frameq._queue_layers(layers bigint[], raised_layer bigint DEFAULT NULL,
+									 raised_memory bigint DEFAULT NULL) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
+	all_layers bigint[] := CASE WHEN raised_layer IS NULL THEN layers ELSE layers || raised_layer END;
 	held_layers bigint[] := '{}';
 BEGIN
 	IF current_setting('transaction_isolation') = 'read committed' THEN
@@ -116,33 +124,43 @@ BEGIN
 		 * table) could call it first, on every job's layer.
 		 */
 		held_layers := ARRAY(SELECT x.id FROM (SELECT l.id, l.job FROM frameq.layer l
-												WHERE l.id = ANY (layers) OFFSET 0) x
+												WHERE l.id = ANY (all_layers) OFFSET 0) x
 							  WHERE frameq._hold_job(x.job));
 	END IF;
-	WITH seen AS (
-			SELECT q.layer, q.tag, q.priority FROM frameq.dispatch_queue q
+	WITH wanted AS (
+			SELECT l.id AS layer, l.memory FROM frameq.layer l WHERE l.id = ANY (layers)
+			UNION
+			SELECT f.layer, f.memory FROM frameq.frame f
+			 WHERE f.layer = ANY (layers) AND f.state = 'waiting' AND f.not_before IS NULL
+			   AND f.memory IS NOT NULL
+			UNION
+			SELECT raised_layer, raised_memory WHERE raised_layer IS NOT NULL),
+		 seen AS (
+			SELECT q.layer, q.tag, q.priority, q.memory FROM frameq.dispatch_queue q
 			 WHERE q.layer = ANY (held_layers)),
 		 held AS (
-			SELECT q.layer, q.tag, q.priority FROM frameq.dispatch_queue q
-			 WHERE q.layer = ANY (layers) AND q.layer <> ALL (held_layers)
+			SELECT q.layer, q.tag, q.priority, q.memory FROM frameq.dispatch_queue q
+			 WHERE q.layer = ANY (all_layers) AND q.layer <> ALL (held_layers)
 			   FOR KEY SHARE OF q SKIP LOCKED),
 		 queued AS (
 			INSERT INTO frameq.dispatch_queue
 				(show, tag, gpu, priority, job, dispatch_order, layer, min_cc, memory, gpus, gpu_memory,
 				 mem_class, core_class)
 			SELECT j.show, t.tag, l.gpus > 0, j.priority, j.id, l.dispatch_order,
-				   l.id, l.min_cc, l.memory, l.gpus, l.gpu_memory,
-				   frameq._memory_class(l.memory), frameq._cores_class(l.min_cc)
-			  FROM frameq.layer l
+				   l.id, l.min_cc, w.memory, l.gpus, l.gpu_memory,
+				   frameq._memory_class(w.memory), frameq._cores_class(l.min_cc)
+			  FROM wanted w
+			  JOIN frameq.layer l ON l.id = w.layer
 			  JOIN frameq.job j ON j.id = l.job
 			 CROSS JOIN LATERAL (SELECT DISTINCT x AS tag
 								   FROM unnest(CASE WHEN cardinality(l.tags) = 0
 													THEN ARRAY['']::text[] ELSE l.tags END) x) t
-			 WHERE l.id = ANY (layers)
-			   AND NOT EXISTS (SELECT 1 FROM seen h
-								WHERE h.layer = l.id AND h.tag = t.tag AND h.priority = j.priority)
+			 WHERE NOT EXISTS (SELECT 1 FROM seen h
+								WHERE h.layer = l.id AND h.tag = t.tag AND h.priority = j.priority
+								  AND h.memory = w.memory)
 			   AND NOT EXISTS (SELECT 1 FROM held h
-								WHERE h.layer = l.id AND h.tag = t.tag AND h.priority = j.priority)
+								WHERE h.layer = l.id AND h.tag = t.tag AND h.priority = j.priority
+								  AND h.memory = w.memory)
 			RETURNING show, tag, gpu, mem_class, core_class)
 	INSERT INTO frameq.dispatch_class (show, tag, gpu, mem_class, core_class)
 	SELECT DISTINCT n.show, n.tag, n.gpu, n.mem_class, n.core_class
@@ -247,6 +265,38 @@ CREATE TRIGGER job_queue AFTER UPDATE OF state, priority ON frameq.job
 	EXECUTE FUNCTION frameq._job_queue();
 
 /*
+ * Bookable tasks of a layer: 'waiting' and not delayed, of the layer's
+ * size (frame_waiting) or of a size an OOM retry raised (frame_raised).
+ * Each is one index probe.
+ */
+CREATE FUNCTION frameq._layer_has_waiting(layer bigint) RETURNS bool
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT EXISTS (SELECT 1 FROM frameq.frame f
+					WHERE f.layer OPERATOR(pg_catalog.=) $1 AND f.state OPERATOR(pg_catalog.=) 'waiting'
+					  AND f.not_before IS NULL AND f.memory IS NULL)
+		OR EXISTS (SELECT 1 FROM frameq.frame f
+					WHERE f.layer OPERATOR(pg_catalog.=) $1 AND f.state OPERATOR(pg_catalog.=) 'waiting'
+					  AND f.not_before IS NULL AND f.memory IS NOT NULL)
+$$;
+
+/*
+ * Has a queue row of this layer and memory anything to book: tasks of the
+ * layer's own size if that is the row's, else tasks raised to exactly the
+ * row's.
+ */
+CREATE FUNCTION frameq._row_has_waiting(layer bigint, memory bigint) RETURNS bool
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT EXISTS (SELECT 1 FROM frameq.frame f
+					WHERE f.layer OPERATOR(pg_catalog.=) $1 AND f.state OPERATOR(pg_catalog.=) 'waiting'
+					  AND f.not_before IS NULL AND f.memory IS NULL
+					  AND $2 OPERATOR(pg_catalog.=) (SELECT l.memory FROM frameq.layer l
+													  WHERE l.id OPERATOR(pg_catalog.=) $1))
+		OR EXISTS (SELECT 1 FROM frameq.frame f
+					WHERE f.layer OPERATOR(pg_catalog.=) $1 AND f.state OPERATOR(pg_catalog.=) 'waiting'
+					  AND f.not_before IS NULL AND f.memory OPERATOR(pg_catalog.=) $2)
+$$;
+
+/*
  * reserve()'s tidying, at most once per call: rows it met that are stale
  * (the job is not active, or has another priority now: then its layers are
  * queued at the new one first), layers it found with no frame to take, and
@@ -287,9 +337,7 @@ BEGIN
 				SELECT x.ctid FROM frameq.dispatch_queue x
 				 WHERE x.layer OPERATOR(pg_catalog.=) ANY (emptied)
 				   AND x.job OPERATOR(pg_catalog.=) ANY (jobs) FOR UPDATE SKIP LOCKED))
-		   AND NOT EXISTS (SELECT 1 FROM frameq.frame f
-							WHERE f.layer OPERATOR(pg_catalog.=) q.layer
-							  AND f.state OPERATOR(pg_catalog.=) 'waiting' AND f.not_before IS NULL);
+		   AND NOT frameq._row_has_waiting(q.layer, q.memory);
 	END IF;
 	IF pg_catalog.cardinality(parked) OPERATOR(pg_catalog.>) 0 THEN
 		jobs := frameq._claim_jobs(ARRAY(SELECT DISTINCT x.job FROM frameq.dispatch_queue x
@@ -324,9 +372,7 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 		  JOIN frameq.job j ON j.id OPERATOR(pg_catalog.=) l.job
 		 WHERE l.job OPERATOR(pg_catalog.=) ANY (jobs)
 		   AND j.state OPERATOR(pg_catalog.=) 'active'
-		   AND EXISTS (SELECT 1 FROM frameq.frame f
-						WHERE f.layer OPERATOR(pg_catalog.=) l.id
-						  AND f.state OPERATOR(pg_catalog.=) 'waiting' AND f.not_before IS NULL)))
+		   AND frameq._layer_has_waiting(l.id)))
 $$;
 
 /* a release of a parked job (src/release.c) */
@@ -359,13 +405,16 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 				CASE WHEN pg_catalog.cardinality(l.tags) OPERATOR(pg_catalog.=) 0
 					 THEN ARRAY['']::text[] ELSE l.tags END) t(tag)
 		 WHERE j.state OPERATOR(pg_catalog.=) 'active'
-		   AND EXISTS (SELECT 1 FROM frameq.frame f
-						WHERE f.layer OPERATOR(pg_catalog.=) l.id
-						  AND f.state OPERATOR(pg_catalog.=) 'waiting' AND f.not_before IS NULL)
-		   AND NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
-							WHERE q.layer OPERATOR(pg_catalog.=) l.id
-							  AND q.tag OPERATOR(pg_catalog.=) t.tag
-							  AND q.priority OPERATOR(pg_catalog.=) j.priority)))
+		   AND frameq._layer_has_waiting(l.id)
+		   AND (NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q
+							 WHERE q.layer OPERATOR(pg_catalog.=) l.id
+							   AND q.tag OPERATOR(pg_catalog.=) t.tag
+							   AND q.priority OPERATOR(pg_catalog.=) j.priority)
+				/* a raised size's row may be missing where the layer's is not */
+				OR EXISTS (SELECT 1 FROM frameq.frame f
+							WHERE f.layer OPERATOR(pg_catalog.=) l.id
+							  AND f.state OPERATOR(pg_catalog.=) 'waiting' AND f.not_before IS NULL
+							  AND f.memory IS NOT NULL))))
 $$;
 
 /*

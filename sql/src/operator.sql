@@ -48,12 +48,14 @@ BEGIN
 		END IF;
 		/*
 		 * An operator's retry of a finished frame gives it its retries and
-		 * requeues back; every move here ends a delay (frame.not_before).
+		 * requeues back; every move here ends a delay (frame.not_before)
+		 * and forgets why a dead task was dead (the memory an OOM raised
+		 * it to stays its requirement).
 		 */
 		UPDATE frameq.frame x SET state = target, version = x.version + 1,
 			   retries = CASE WHEN target = 'waiting' THEN 0 ELSE x.retries END,
 			   requeues = CASE WHEN target = 'waiting' THEN 0 ELSE x.requeues END,
-			   not_before = NULL
+			   not_before = NULL, dead_reason = NULL
 		 WHERE x.id = _frame_action.frame AND x.state = ANY (from_states)
 		RETURNING * INTO f;
 		IF FOUND THEN

@@ -144,6 +144,28 @@ CREATE FUNCTION frameq._release(proc bigint, reason text, new_state text,
 	SET search_path = pg_catalog, pg_temp;
 
 /*
+ * The most memory a host that could run a task of this layer has: a host
+ * of the farm (not retired; up or not) in an allocation its job's show is
+ * subscribed to, with the layer's tags (any of them) and at least its
+ * minimum cores, its GPUs and GPU memory.  NULL if there is none.  The cap
+ * of an OOM retry's raise (complete(), src/release.c); read only when a
+ * render is reported killed for memory, so reading every host is fine.
+ */
+CREATE FUNCTION frameq._largest_host_memory(layer bigint) RETURNS bigint
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT max(h.memory)
+	  FROM frameq.layer l
+	  JOIN frameq.job j ON j.id OPERATOR(pg_catalog.=) l.job
+	  JOIN frameq.subscription s ON s.show OPERATOR(pg_catalog.=) j.show
+	  JOIN frameq.host h ON h.allocation OPERATOR(pg_catalog.=) s.allocation
+	 WHERE l.id OPERATOR(pg_catalog.=) $1 AND h.retired_at IS NULL
+	   AND (pg_catalog.cardinality(l.tags) OPERATOR(pg_catalog.=) 0
+			OR h.tags OPERATOR(pg_catalog.&&) l.tags)
+	   AND h.cores_cc OPERATOR(pg_catalog.>=) l.min_cc AND h.gpus OPERATOR(pg_catalog.>=) l.gpus
+	   AND h.gpu_memory OPERATOR(pg_catalog.>=) l.gpu_memory
+$$;
+
+/*
  * Where a task goes when it fails and the failure counts a retry: back to
  * waiting while retries + 1 <= its job's max_retries, else dead (eaten if
  * the job has auto_eat).  The rule of complete() (src/release.c), for the

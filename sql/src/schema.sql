@@ -290,10 +290,12 @@ CREATE TABLE frameq.frame (
 );
 /*
  * The next bookable frame of a layer, without reading the rest of the
- * backlog.  A delayed task is not in it, so no booking ever reads one.
+ * backlog.  A delayed task is not in it, so no booking ever reads one;
+ * nor is a task whose memory an OOM raised (frame_raised, below), which
+ * is booked only as that size.
  */
 CREATE INDEX frame_waiting ON frameq.frame (layer, number)
-	WHERE state = 'waiting' AND not_before IS NULL;
+	WHERE state = 'waiting' AND not_before IS NULL AND memory IS NULL;
 /* the bookable tasks whose memory an OOM raised, by size: booked by size */
 CREATE INDEX frame_raised ON frameq.frame (layer, memory, number)
 	WHERE state = 'waiting' AND not_before IS NULL AND memory IS NOT NULL;

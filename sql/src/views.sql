@@ -10,14 +10,19 @@
  * proc and host while it runs, and what its agent last reported of the
  * render (heartbeat); frame_number is the task's first number; not_before
  * is set while a waiting task is delayed (a requeue or a retry delay), as
- * it was set: the worker clears it within a round of that time
+ * it was set: the worker clears it within a round of that time; memory is
+ * what the task needs now (its layer's, or more once a retry after an OOM
+ * raised it); dead_reason says why a dead task is dead when its retries
+ * did not run out (it fits no host)
  */
 CREATE VIEW frameq.frames AS
 SELECT f.id AS frame, f.job, f.layer, f.number AS frame_number, f.state, f.retries,
 	   f.attempts, p.id AS proc, h.name AS host, p.state AS proc_state,
 	   frameq._frame_spec(f.number, f.numbers) AS frame_spec,
-	   p.last_line, p.progress, p.last_output_at, f.requeues, f.not_before
+	   p.last_line, p.progress, p.last_output_at, f.requeues, f.not_before,
+	   GREATEST(l.memory, f.memory) AS memory, f.dead_reason
   FROM frameq.frame f
+  JOIN frameq.layer l ON l.id = f.layer
   LEFT JOIN frameq.proc p ON p.frame = f.id
   LEFT JOIN frameq.host h ON h.id = p.host;
 

@@ -83,9 +83,10 @@ SELECT results_eq(format('SELECT requeue_exit_codes, requeue_delay, max_requeues
 	'its layer stores none either (NULL: the job''s value)');
 SELECT results_eq(format('SELECT requeues, not_before FROM frameq.frame WHERE job = %s', :j_plain),
 	$$VALUES (0, NULL::timestamptz)$$, 'a new task has no requeue and no delay');
-SELECT set_eq('SELECT column_name::text FROM information_schema.columns WHERE table_schema = ''frameq'' AND table_name = ''frames''',
-	ARRAY['frame', 'job', 'layer', 'frame_number', 'state', 'retries', 'attempts', 'proc', 'host',
-		  'proc_state', 'frame_spec', 'last_line', 'progress', 'last_output_at', 'requeues', 'not_before'],
+SELECT ok(ARRAY['frame', 'job', 'layer', 'frame_number', 'state', 'retries', 'attempts', 'proc', 'host',
+				'proc_state', 'frame_spec', 'last_line', 'progress', 'last_output_at', 'requeues', 'not_before']
+		  <@ ARRAY(SELECT column_name::text FROM information_schema.columns
+					WHERE table_schema = 'frameq' AND table_name = 'frames'),
 	'the frames view shows requeues and not_before');
 SELECT is((SELECT (array_agg(attname::text ORDER BY attnum))[11:13] FROM pg_attribute
 			WHERE attrelid = 'frameq.job_progress'::regclass AND attnum > 0),
@@ -294,8 +295,8 @@ SELECT pg_temp.ends(:'tok1', :epoch1, pg_temp.task(:j_ops, 3), 0) AS _ \gset
 -- ------------------------------------------------------------ what reserve reads
 
 SELECT is((SELECT pg_get_expr(indpred, indrelid) FROM pg_index WHERE indexrelid = 'frameq.frame_waiting'::regclass),
-	'((state = ''waiting''::text) AND (not_before IS NULL))',
-	'the index reserve() takes frames from holds no delayed task');
+	'((state = ''waiting''::text) AND (not_before IS NULL) AND (memory IS NULL))',
+	'the index reserve() takes frames from holds no delayed task (nor one an OOM raised: 0.6.0)');
 
 SELECT pg_temp.job('order', 3, '{"retry_delay": 600}') AS j_order \gset
 SELECT is(pg_temp.book(:'tok1', :epoch1), 'order:1,order:2,order:3', 'three tasks booked');
@@ -322,6 +323,10 @@ $$;
 SELECT pg_temp.frame_reads() AS reads \gset
 SELECT is(frameq._delays_ended(), 0::bigint, 'the worker''s step, with 2,000 delayed tasks none of which is due...');
 SELECT cmp_ok(pg_temp.frame_reads() - :reads, '<=', 2::bigint, '... reads no frame row');
+-- with statistics, as a farm's table has them: the plans that reserve()
+-- keeps for its session were made when the table held a few rows, and a
+-- generic plan made then scans it whole (ANALYZE makes them planned again)
+ANALYZE frameq.frame;
 SELECT pg_temp.frame_reads() AS reads \gset
 SELECT is(pg_temp.book(:'tok1', :epoch1), 'many:2001', 'a booking past 2,000 delayed tasks of the layer...');
 SELECT cmp_ok(pg_temp.frame_reads() - :reads, '<=', 10::bigint, '... reads none of them');
