@@ -277,6 +277,13 @@ SELECT f.id AS frame, f.job, f.layer, f.number AS frame_number, f.state, f.retri
   LEFT JOIN frameq.proc p ON p.frame = f.id
   LEFT JOIN frameq.host h ON h.id = p.host;
 
+CREATE OR REPLACE VIEW frameq.runs AS
+SELECT r.proc, r.frame, r.job, h.name AS host, r.epoch, r.started_at, r.ended_at,
+	   r.exit_status, r.exit_signal, r.max_rss, r.reason, r.kill_reason, r.end_state,
+	   (r.cores_cc / 100.0)::numeric(12,2) AS cores, r.memory
+  FROM frameq.run r
+  JOIN frameq.host h ON h.id = r.host;
+
 CREATE OR REPLACE FUNCTION frameq.check() RETURNS TABLE (invariant text, detail text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE

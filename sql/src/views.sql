@@ -112,7 +112,7 @@ SELECT h.id AS host, h.name, a.name AS allocation, h.state, h.down_reason, h.epo
 CREATE VIEW frameq.runs AS
 SELECT r.proc, r.frame, r.job, h.name AS host, r.epoch, r.started_at, r.ended_at,
 	   r.exit_status, r.exit_signal, r.max_rss, r.reason, r.kill_reason, r.end_state,
-	   (r.cores_cc / 100.0)::numeric(12,2) AS cores
+	   (r.cores_cc / 100.0)::numeric(12,2) AS cores, r.memory
   FROM frameq.run r
   JOIN frameq.host h ON h.id = r.host;
 
