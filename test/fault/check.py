@@ -328,13 +328,19 @@ C10_timeouts (when final.json's layers have timeout keys)
     period (quarantine: a host that cannot be told is fenced by its lease)
     plus a worker round (poll: the round that finds it due) plus
     ROUND_SLACK (1.0 s: the rounds' own time, and the round that expires a
-    lease).  Where faults overlap the span from the deadline to that bound
-    (a fault of the database, or one on the task's host), the bound moves
-    by each fault's length plus quarantine + poll + REPORT_BACKOFF (7 s,
-    the agent's waits after its first three failed reports): a database
-    that is down times nothing out, and a report that cannot be sent ends
-    no run.
-    The extension repeats while it takes in more faults.
+    lease).  Faults that overlap the span from the deadline to that bound
+    move it: a server crash, failover or worker kill by its length +
+    quarantine + poll + REPORT_BACKOFF (7 s, the agent's waits after its
+    first three failed reports: a database that is down times nothing out,
+    and its worker expires no lease in its quarantine); terminate_backends
+    by poll + 1 s (the agent reconnects, a report in flight waits 1 s); a
+    fault on the task's host that can hold up its report or its kill
+    (agent_stop, host_freeze, agent_kill, the proxies' faults,
+    drop_reports) by its length + REPORT_BACKOFF.  Other faults (a render
+    or supervisor killed, another host's) move nothing.  The extension
+    repeats while it takes in more faults, so under a dense schedule the
+    bound is loose; the runs with no fault in the way (the quiescence
+    above all) are held to the bare one.
     timeout_overrun    a DB run of such a task that ended later than its
                        started_at + T + that bound (DB wall; a fault's wall
                        times).  No other exception.
@@ -373,7 +379,10 @@ DUE_SLACK = 2.0         # C5: a delayed frame is bookable this long after its po
 DELAY_EPS = 0.001       # C9: float seconds of the DB's microsecond times
 ROUND_SLACK = 1.0       # C10: the worker rounds' own time, and the round that expires a lease
 REPORT_BACKOFF = 7.0    # C10: the agent's waits after its first three failed reports (1 + 2 + 4 s)
-DB_FAULTS = {"terminate_backends", "worker_kill", "server_crash", "failover"}
+DB_RESTARTS = {"worker_kill", "server_crash", "failover"}
+# C10: the faults of a host that may hold up the end of its task's run
+HOST_DELAYS = {"agent_stop", "host_freeze", "agent_kill", "proxy_blackhole", "proxy_reset",
+               "proxy_delay", "drop_reports"}
 ENDED = {"succeeded", "eaten"}   # a prerequisite ended so frees its dependents
 
 
@@ -1391,7 +1400,6 @@ class Checker:
         monotonic."""
         p = self.params
         bound = deadline + p["quarantine"] + p["poll"] + ROUND_SLACK
-        recovery = p["quarantine"] + p["poll"] + REPORT_BACKOFF
         used = set()
         grew = True
         while grew:
@@ -1400,10 +1408,20 @@ class Checker:
                 on, off = (on_w, off_w) if wall else (on_t, off_t)
                 if i in used or off < deadline or on > bound:
                     continue
-                if kind in DB_FAULTS or (target is not None and target == host):
-                    used.add(i)
-                    bound += (off - on) + recovery
-                    grew = True
+                if kind in DB_RESTARTS:
+                    # a server (or its worker) down, then in quarantine;
+                    # the agent's reports failed meanwhile
+                    extra = (off - on) + p["quarantine"] + p["poll"] + REPORT_BACKOFF
+                elif kind == "terminate_backends":
+                    # the agent reconnects; a report in flight waits 1 s
+                    extra = p["poll"] + 1.0
+                elif kind in HOST_DELAYS and target == host:
+                    extra = (off - on) + REPORT_BACKOFF
+                else:
+                    continue
+                used.add(i)
+                bound += extra
+                grew = True
         return bound, len(used)
 
     def c10_timeouts(self):

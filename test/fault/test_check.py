@@ -1095,6 +1095,22 @@ def timeout_overrun_not_excused_by_another_hosts_fault():
 
 
 @case
+def timeout_overrun_not_excused_by_a_render_kill():
+    # a render killed on h1 holds up nothing
+    f = timeouts(end=1056.5)
+    f.fault(1050, 1050, "render_kill", "h1")
+    return f, [C10("timeout_overrun", 7), C10("render_overrun", 7)], {}
+
+
+@case
+def timeout_overrun_excused_by_terminated_sessions():
+    # sessions terminated at 1055 (within the bound): it moves by poll + 1 s
+    f = timeouts(end=1056.5)
+    f.fault(1055, 1055, "terminate_backends")
+    return f, [], {}
+
+
+@case
 def timeout_overrun_excused_by_its_hosts_fault():
     # h1 cut off from 1049 to 1050: its report could not be sent
     f = timeouts(end=1056.5)
