@@ -29,7 +29,7 @@ agent: the host's fault proxies).
    percent,...") stops here: a frame picked by its number for one entry
    (percent of the frames, by the run's seed FQH_SEED) exits with that
    code, without publishing, on its first `runs` runs (counted in marker
-   files misbehaved/<frame>-<i>, shared by every host of the machine),
+   files misbehaved/<frame>-<code>-<i>, shared by every host of the machine),
    and renders normally after.  Code 75 is the harness's requeue exit code
    (frameq requeues the task after its requeue_delay); any other is a
    failure (retried after retry_delay).
@@ -134,8 +134,11 @@ def main():
 
 
 def picked(var, salt):
-    """The entry of env var (code-or-mode:runs:percent,...) picking this
-    frame, and that entry's marker file for this run, or (None, None)."""
+    """What the entry of env var ("what:runs:percent,...") that picks this
+    frame says, if this is one of its first `runs` runs (counted in marker
+    files misbehaved/<frame>-<what>-<i>), else None.  The frame is picked
+    by its number, the run's seed and salt: the first entry's percent of
+    the frames, the next entry's of the rest, and so on."""
     pick = (FRAME * salt + int(os.environ.get("FQH_SEED", "0"))) % 100
     for entry in filter(None, os.environ.get(var, "").split(",")):
         what, runs, percent = entry.split(":")
@@ -156,7 +159,7 @@ def picked(var, salt):
 def hang():
     """Hang here, writing a line every 0.5 s or nothing, if FQH_HANG picks
     this run (4. above)."""
-    mode = picked("FQH_HANG", 40503)
+    mode = picked("FQH_HANG", 2246822519)
     if mode is None:
         return
     log("hang", frame=FRAME, mode=mode)
@@ -168,21 +171,8 @@ def hang():
 
 def misbehave():
     """The exit code of this run if it misbehaves (5. above), else None."""
-    pick = (FRAME * 2654435761 + int(os.environ.get("FQH_SEED", "0"))) % 100
-    for entry in filter(None, os.environ.get("FQH_MISBEHAVE", "").split(",")):
-        code, runs, percent = (int(x) for x in entry.split(":"))
-        if pick >= percent:
-            pick -= percent
-            continue
-        for i in range(runs):
-            try:
-                os.close(os.open(os.path.join(DIR, "misbehaved", "%d-%d" % (FRAME, i)),
-                                 os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-                return code
-            except FileExistsError:
-                pass
-        return None
-    return None
+    code = picked("FQH_MISBEHAVE", 2654435761)
+    return None if code is None else int(code)
 
 
 def publish(content):
