@@ -29,7 +29,7 @@ its own); a render of 15 % of the frames exits 75 on its first 1 to 3
 runs, and of 5 % exits 1 on its first (render.py, FQH_MISBEHAVE), so that
 some tasks are requeued, some past max_requeues, some retried after a
 delay.  final.json records each layer's delays in force (check.py, C9).
-A third of the jobs have a `timeout` (TIMEOUT s; a layer sometimes its
+About a third of the jobs have a `timeout` (TIMEOUT s; a layer sometimes its
 own, TIMEOUT + 1) and a `timeout_no_output` (NO_OUTPUT s); in them a
 render of --hang-percent (8) % of the frames hangs on its first run, writing a
 line every 0.5 s, and of as many goes silent, alive but writing nothing
