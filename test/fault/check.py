@@ -37,6 +37,11 @@ renders. Every event has "ev", "t" and "proc" (the render's run token, a
     publish            frame, result ("published" | "not_owner" | "error"),
                        optional error.
     exit               code: the render is exiting on its own.
+    hang               frame, mode ("hang" | "silent"): the render stops here
+                       and never ends on its own ("hang" goes on writing
+                       output, "silent" writes none); only frameq's kill
+                       order (a timeout or a stall), its lease's end or a
+                       fault ends it.
     Any other "ev" is malformed.
 
 history/harness.jsonl -- one JSON object per line; every event has "ev", "t"
@@ -76,8 +81,10 @@ agents/<host>.log -- agent logs, one event per line:
 final.json -- the database read after quiescence (times are DB wall seconds):
     params     ttl, drift, margin, render_max, freeze_k, quarantine, poll
                (seconds or ratio), seed; optional delay_max (the longest
-               requeue or retry delay) and misbehave_runs (the most runs of
-               one frame that exit with a code on purpose), 0 if absent
+               requeue or retry delay), misbehave_runs (the most runs of
+               one frame that exit with a code on purpose), hang_runs (the
+               most runs of one frame that hang or go silent) and
+               timeout_max (the longest timeout of a layer), 0 if absent
     frames     [{id, job, layer, number, state, retries, attempts}]: tasks;
                optional size (its frame numbers, a chunk; default 1)
     runs       [{proc, frame, job, host, epoch, started_at, ended_at,
@@ -100,8 +107,11 @@ final.json -- the database read after quiescence (times are DB wall seconds):
                frame waits from its submit in C5.
     layers     optional: [{id, requeue_exit_codes (list of int), requeue_delay,
                max_requeues, retry_delay}], each layer's values in force
-               (seconds).  Without it C9 is not applied (stats
-               delays_recorded false) and C5 takes no run to delay its task.
+               (seconds), optionally with timeout and timeout_no_output
+               (seconds or null: none).  Without it C9 is not applied (stats
+               delays_recorded false) and C5 takes no run to delay its task;
+               without timeout keys C10 is not applied (stats
+               timeouts_recorded false).
                With it, frames need their layer and runs their exit_status
                and exit_signal.
     caps       {group: slots}              every frame takes one slot
@@ -180,8 +190,9 @@ C2_fencing
     publish_outside_run  a committed publish not within its proc's DB run
                        [started_at, ended_at] (open if live), or by a proc
                        with no run, or for another frame than the run's
-    ack_mismatch       an accepted report whose proc's run ended "completed" or
-                       "killed" but for another frame, host or epoch; or whose
+    ack_mismatch       an accepted report whose proc's run ended "completed",
+                       "killed", "timeout", "stalled" or "oom" (the ends a
+                       report makes) but for another frame, host or epoch; or whose
                        run did not end that way (unless a failover was
                        promoted at most LOSS_WINDOW (10) s after the log line:
                        async replication can lose the completion and keep
@@ -262,7 +273,9 @@ C6_tokens
     event has a depth: chained tasks run one after the other; and
     (misbehave_runs + depth) * (render_max + delay_max + poll): a task that
     misbehaves runs again after its delay, as many times as it may, and
-    each link of a chain may do so once.
+    each link of a chain may do so once; and, with hang_runs, (hang_runs +
+    depth) * (timeout_max + poll + quarantine + ROUND_SLACK): a render
+    that hangs holds its task until C10's bound.
 C7_check
     check_row          every row of frameq.check()
 C8_dependencies (when final.json has depends)
@@ -310,6 +323,38 @@ C9_delays (when final.json has layers)
                        clock read after ended_at and books no earlier.  No
                        exception.
     Stats: delays_recorded, requeued_runs, delayed_runs.
+C10_timeouts (when final.json's layers have timeout keys)
+    A task whose layer has a timeout T may run past it by at most the lease
+    period (quarantine: a host that cannot be told is fenced by its lease)
+    plus a worker round (poll: the round that finds it due) plus
+    ROUND_SLACK (1.0 s: the rounds' own time, and the round that expires a
+    lease).  Faults that overlap the span from the deadline to that bound
+    move it: a server crash, failover or worker kill by its length +
+    quarantine + poll + REPORT_BACKOFF (7 s, the agent's waits after its
+    first three failed reports: a database that is down times nothing out,
+    and its worker expires no lease in its quarantine); terminate_backends
+    by poll + 1 s (the agent reconnects, a report in flight waits 1 s); a
+    fault on the task's host that can hold up its report or its kill
+    (agent_stop, host_freeze, agent_kill, the proxies' faults,
+    drop_reports) by its length + REPORT_BACKOFF.  Other faults (a render
+    or supervisor killed, another host's) move nothing.  The extension
+    repeats while it takes in more faults, so under a dense schedule the
+    bound is loose; the runs with no fault in the way (the quiescence
+    above all) are held to the bare one.
+    timeout_overrun    a DB run of such a task that ended later than its
+                       started_at + T + that bound (DB wall; a fault's wall
+                       times).  No other exception.
+    render_overrun     the harness's own observation of the same: a render
+                       of such a task that was seen dead (its dead event)
+                       later than its start + T + that bound (monotonic; a
+                       frozen host's fault extends it like any other).
+    hung_not_ended     liveness: a render that hung or went silent (its
+                       hang event) that was never seen dead, or whose DB run
+                       never ended.
+    Stats: timeouts_recorded, timed_runs, timed_runs_extended_by_faults,
+    timeout_overrun_max_seconds (the most a run without a fault in its way
+    ran past its timeout), hung_renders (by mode), hung_ended_by (the
+    reasons their runs ended with).
 """
 
 import bisect
@@ -322,7 +367,8 @@ import re
 import sys
 
 CHECKS = ("C1_exclusivity", "C2_fencing", "C3_no_loss", "C4_caps",
-          "C5_liveness", "C6_tokens", "C7_check", "C8_dependencies", "C9_delays")
+          "C5_liveness", "C6_tokens", "C7_check", "C8_dependencies", "C9_delays",
+          "C10_timeouts")
 TERMINAL = {"succeeded", "dead", "eaten"}
 INF = math.inf
 RECOVERY_SLACK = 10.0
@@ -331,6 +377,12 @@ CLAIM_SLACK = 1.0       # bookings this soon after a call may be a concurrent cl
 ORDER_SLACK = 0.05      # C8: error of mapping a render's monotonic start to wall time
 DUE_SLACK = 2.0         # C5: a delayed frame is bookable this long after its poll
 DELAY_EPS = 0.001       # C9: float seconds of the DB's microsecond times
+ROUND_SLACK = 1.0       # C10: the worker rounds' own time, and the round that expires a lease
+REPORT_BACKOFF = 7.0    # C10: the agent's waits after its first three failed reports (1 + 2 + 4 s)
+DB_RESTARTS = {"worker_kill", "server_crash", "failover"}
+# C10: the faults of a host that may hold up the end of its task's run
+HOST_DELAYS = {"agent_stop", "host_freeze", "agent_kill", "proxy_blackhole", "proxy_reset",
+               "proxy_delay", "drop_reports"}
 ENDED = {"succeeded", "eaten"}   # a prerequisite ended so frees its dependents
 
 
@@ -400,6 +452,7 @@ RENDER_EVENTS = {
     "slot_violation": {"host": STR, "group": STR},
     "publish": {"frame": INT, "result": STR},
     "exit": {"code": INT},
+    "hang": {"frame": INT, "mode": STR},
 }
 
 HARNESS_EVENTS = {
@@ -557,11 +610,14 @@ def load_final(path):
                        "max_requeues": INT, "retry_delay": NUM}, f"{path}: layers[{i}]")
             if not all(_is(c, INT) for c in row["requeue_exit_codes"]):
                 raise InputError(f"{path}: layers[{i}]: requeue_exit_codes must be integers")
+            for key in ("timeout", "timeout_no_output"):
+                if not _is(row.get(key), NUM + OPT):
+                    raise InputError(f"{path}: layers[{i}]: {key!r} should be {NUM + OPT}")
         for i, fr in enumerate(final["frames"]):
             need(fr, {"layer": INT}, f"{path}: frames[{i}]")
         for i, run in enumerate(final["runs"]):
             need(run, {"exit_status": INT + OPT, "exit_signal": INT + OPT}, f"{path}: runs[{i}]")
-    for key in ("delay_max", "misbehave_runs"):
+    for key in ("delay_max", "misbehave_runs", "hang_runs", "timeout_max"):
         if not _is(final["params"].get(key, 0), NUM):
             raise InputError(f"{path}: params: {key!r} should be {NUM}")
     reserves = final.get("reserves")
@@ -939,7 +995,8 @@ class Checker:
             if rep["answer"] != "accepted":
                 continue
             runs = self.runs_by_proc.get(rep["proc"], [])
-            ended = [run for run in runs if run["reason"] in ("completed", "killed")]
+            ended = [run for run in runs
+                     if run["reason"] in ("completed", "killed", "timeout", "stalled", "oom")]
             if ended:
                 # the DB recorded the report: it must be the report's own run
                 if not any((run["frame"], run["host"]) == (rep["frame"], rep["host"])
@@ -1137,7 +1194,10 @@ class Checker:
                  + p["render_max"] + waves * p["render_max"]
                  + depth * (p["render_max"] + p["poll"]) + RECOVERY_SLACK
                  + (p.get("misbehave_runs", 0) + depth)
-                 * (p["render_max"] + p.get("delay_max", 0) + p["poll"]))
+                 * (p["render_max"] + p.get("delay_max", 0) + p["poll"])
+                 + ((p.get("hang_runs", 0) + depth) * (p.get("timeout_max", 0) + p["poll"]
+                                                       + p["quarantine"] + ROUND_SLACK)
+                    if p.get("hang_runs", 0) else 0))
         ends = [run["ended_at"] for run in self.final["runs"] if run["ended_at"] is not None]
         # DB wall -> monotonic through the heal event's (wall, t) pair
         last_end_t = self.heal["t"] + (max(ends) - self.heal["wall"]) if ends else self.heal["t"]
@@ -1322,6 +1382,118 @@ class Checker:
                                  f"{run['exit_signal']}, before its {delay} s delay ended",
                                  frame=fid, proc=after["proc"])
 
+    def _fault_windows(self):
+        """Every fault as (kind, target, on t, off t, on wall, off wall);
+        one never turned off lasts until the heal."""
+        ons, offs = {}, {}
+        for e in self.harness:
+            if e["ev"] == "fault_on":
+                ons[e["id"]] = e
+            elif e["ev"] == "fault_off" and e["id"] not in offs:
+                offs[e["id"]] = e
+        return [(on["kind"], on["target"], on["t"], offs.get(i, self.heal)["t"],
+                 on["wall"], offs.get(i, self.heal)["wall"]) for i, on in ons.items()]
+
+    def _timeout_bound(self, deadline, host, windows, wall):
+        """The latest a task with this deadline may end (C10), and how many
+        faults moved it; wall: the times are DB wall seconds, else
+        monotonic."""
+        p = self.params
+        bound = deadline + p["quarantine"] + p["poll"] + ROUND_SLACK
+        used = set()
+        grew = True
+        while grew:
+            grew = False
+            for i, (kind, target, on_t, off_t, on_w, off_w) in enumerate(windows):
+                on, off = (on_w, off_w) if wall else (on_t, off_t)
+                if i in used or off < deadline or on > bound:
+                    continue
+                if kind in DB_RESTARTS:
+                    # a server (or its worker) down, then in quarantine;
+                    # the agent's reports failed meanwhile
+                    extra = (off - on) + p["quarantine"] + p["poll"] + REPORT_BACKOFF
+                elif kind == "terminate_backends":
+                    # the agent reconnects; a report in flight waits 1 s
+                    extra = p["poll"] + 1.0
+                elif kind in HOST_DELAYS and target == host:
+                    extra = (off - on) + REPORT_BACKOFF
+                else:
+                    continue
+                used.add(i)
+                bound += extra
+                grew = True
+        return bound, len(used)
+
+    def c10_timeouts(self):
+        c = "C10_timeouts"
+        layers = self.final.get("layers") or []
+        recorded = any("timeout" in row for row in layers)
+        hung = {}
+        for ev in self.render_events:
+            if ev["ev"] == "hang":
+                hung.setdefault(ev["proc"], ev["mode"])
+        self.stats.update(timeouts_recorded=recorded, timed_runs=0,
+                          timed_runs_extended_by_faults=0, timeout_overrun_max_seconds=0.0,
+                          hung_renders=dict(sorted(collections.Counter(hung.values()).items())),
+                          hung_ended_by={})
+        if not recorded:
+            return
+        timeout = {row["id"]: row.get("timeout") for row in layers}
+        layer_of = {fr["id"]: fr["layer"] for fr in self.final["frames"]}
+        windows = self._fault_windows()
+        timed = extended = 0
+        worst = 0.0
+        for run in sorted(self.final["runs"], key=lambda run: run["started_at"]):
+            t = timeout.get(layer_of.get(run["frame"]))
+            if t is None or run["ended_at"] is None:
+                continue
+            timed += 1
+            deadline = run["started_at"] + t
+            bound, faults = self._timeout_bound(deadline, run["host"], windows, wall=True)
+            if faults:
+                extended += 1
+            else:
+                worst = max(worst, run["ended_at"] - deadline)
+            if run["ended_at"] > bound:
+                self.violate(c, "timeout_overrun",
+                             f"frame {run['frame']}: run {run['proc']} on {run['host']} ended "
+                             f"{run['ended_at'] - run['started_at']:.3f} s after its booking "
+                             f"({run['reason']}), past its timeout {t} s by "
+                             f"{run['ended_at'] - deadline:.3f} s; bound "
+                             f"{bound - deadline:.3f} s ({faults} faults in the way)",
+                             frame=run["frame"], proc=run["proc"])
+        for r in sorted(self.renders.values(), key=lambda r: r.start):
+            t = timeout.get(layer_of.get(r.frame))
+            if t is None or r.end is None:
+                continue
+            bound, faults = self._timeout_bound(r.start + t, r.host, windows, wall=False)
+            if r.end > bound:
+                self.violate(c, "render_overrun",
+                             f"frame {r.frame}: render {r.proc} on {r.host} lived "
+                             f"{r.end - r.start:.3f} s, past its timeout {t} s by "
+                             f"{r.end - r.start - t:.3f} s; bound {bound - r.start - t:.3f} s "
+                             f"({faults} faults in the way)",
+                             frame=r.frame, proc=r.proc)
+        ended_by = collections.Counter()
+        for proc, mode in sorted(hung.items()):
+            r = self.renders.get(proc)
+            runs = self.runs_by_proc.get(proc, [])
+            if r is None or r.end is None:
+                self.violate(c, "hung_not_ended",
+                             f"render {proc} ({mode}) was never seen dead",
+                             frame=r.frame if r else None, proc=proc)
+                continue
+            for run in runs:
+                if run["ended_at"] is None:
+                    self.violate(c, "hung_not_ended",
+                                 f"frame {run['frame']}: the run of render {proc} ({mode}) "
+                                 "never ended", frame=run["frame"], proc=proc)
+                else:
+                    ended_by[run["reason"]] += 1
+        self.stats.update(timed_runs=timed, timed_runs_extended_by_faults=extended,
+                          timeout_overrun_max_seconds=round(worst, 3),
+                          hung_ended_by=dict(sorted(ended_by.items())))
+
     def c7_check(self):
         for row in self.final["check"]:
             self.violate("C7_check", "check_row",
@@ -1340,6 +1512,7 @@ class Checker:
         self.c7_check()
         self.c8_dependencies()
         self.c9_delays()
+        self.c10_timeouts()
         f = self.final
         publish_results = collections.Counter(
             ev["result"] for ev in self.render_events if ev["ev"] == "publish")
@@ -1395,6 +1568,11 @@ def summary(verdict):
                             if s["depends_recorded"] else "dependencies not recorded"),
         "C9_delays": (f"requeued runs {s['requeued_runs']}, runs that delayed their frame "
                       f"{s['delayed_runs']}" if s["delays_recorded"] else "delays not recorded"),
+        "C10_timeouts": (f"timed runs {s['timed_runs']} ({s['timed_runs_extended_by_faults']} "
+                         f"with faults in the way), most past a timeout "
+                         f"{s['timeout_overrun_max_seconds']:.2f} s, hung renders "
+                         f"{s['hung_renders']} ended by {s['hung_ended_by']}"
+                         if s["timeouts_recorded"] else "timeouts not recorded"),
     }
     lines = []
     for c in CHECKS:

@@ -29,9 +29,16 @@ its own); a render of 15 % of the frames exits 75 on its first 1 to 3
 runs, and of 5 % exits 1 on its first (render.py, FQH_MISBEHAVE), so that
 some tasks are requeued, some past max_requeues, some retried after a
 delay.  final.json records each layer's delays in force (check.py, C9).
+About a third of the jobs have a `timeout` (TIMEOUT s; a layer sometimes its
+own, TIMEOUT + 1) and a `timeout_no_output` (NO_OUTPUT s); in them a
+render of --hang-percent (8) % of the frames hangs on its first run, writing a
+line every 0.5 s, and of as many goes silent, alive but writing nothing
+(render.py, FQH_HANG): frameq must end each (a kill order, reason
+`timeout` or `stalled`, unless a fault ends it first).  final.json
+records each layer's timeouts in force (check.py, C10).
 
 Usage: harness.py --out DIR [--seed N] [--duration S] [--hosts N]
-                  [--every-kind] [--port BASE] [--keep]
+                  [--every-kind] [--port BASE] [--keep] [--hang-percent P]
 Exit status: the checker's (0 no violation, 1 violations, 2 bad input),
 or 3 if the harness itself failed.
 """
@@ -69,6 +76,10 @@ POLL = 1.0          # the worker's longest sleep
 RENDER_MAX = 2.8    # render.py's longest render, before publishing
 DELAY_MAX = 2.0     # the longest requeue or retry delay of a job
 MISBEHAVE_RUNS = 3  # the most runs of a frame that exit with a code on purpose
+TIMEOUT = 5         # the timeout of the jobs that have one (a layer's own: + 1)
+NO_OUTPUT = 3       # their timeout_no_output
+HANG_PERCENT = 8    # of their frames hang on their first run, and as many go silent
+HANG_RUNS = 1       # the most runs of a frame that hang or go silent
 FREEZE_K = 5.0      # a frozen run must be dead this long after thawing
 HOST_CORES = 2
 HOST_MEMORY = 4294967296
@@ -82,14 +93,17 @@ KINDS = HOST_KINDS + DB_KINDS
 # catch a frame running twice when one really does; and an operator's
 # maintenance kept from the checker (--inject hidden_farm_down): every host
 # down for a while, so their empty reserve() calls look like waiting frames
-# passed over
-UNSAFE_KINDS = ["false_confirm_dead", "hidden_farm_down"]
+# passed over; and an operator's move of a hung render's deadline an hour
+# on, also kept from the checker (--inject hidden_timeout_push): the render
+# runs far past the timeout its layer has in final.json
+UNSAFE_KINDS = ["false_confirm_dead", "hidden_farm_down", "hidden_timeout_push"]
 # kinds without a target host (taken one at a time, like the DB's faults)
-UNTARGETED = DB_KINDS + ["hidden_farm_down"]
+UNTARGETED = DB_KINDS + ["hidden_farm_down", "hidden_timeout_push"]
 WEIGHTS = {"agent_stop": 10, "host_freeze": 4, "agent_kill": 6, "render_kill": 10,
            "supervisor_kill": 6, "proxy_blackhole": 8, "proxy_reset": 8, "proxy_delay": 6,
            "drop_reports": 6, "terminate_backends": 6, "worker_kill": 3, "server_crash": 3,
-           "failover": 2, "false_confirm_dead": 5, "hidden_farm_down": 5}
+           "failover": 2, "false_confirm_dead": 5, "hidden_farm_down": 5,
+           "hidden_timeout_push": 5}
 
 
 class History:
@@ -298,6 +312,7 @@ class Monitor(threading.Thread):
         self.path = path
         self.history = history
         self.live = {}          # proc -> (pid, host)
+        self.hung = {}          # proc -> mode, of every render that hung (render.py)
         self.lock = threading.Lock()
         self.stopping = False
         self.started_count = 0
@@ -317,6 +332,9 @@ class Monitor(threading.Thread):
                         rec = json.loads(line)
                     except ValueError:
                         continue
+                    if rec.get("ev") == "hang":
+                        with self.lock:
+                            self.hung[rec["proc"]] = rec["mode"]
                     if rec.get("ev") != "start":
                         continue
                     self.started_count += 1
@@ -337,6 +355,11 @@ class Monitor(threading.Thread):
                 os.close(pfd)
                 with self.lock:
                     self.live.pop(proc, None)
+
+    def hung_live(self, mode):
+        """The live renders that hung in this mode."""
+        with self.lock:
+            return [proc for proc, m in self.hung.items() if m == mode and proc in self.live]
 
     def renders_of(self, host=None):
         with self.lock:
@@ -476,6 +499,8 @@ class Harness:
         self.caps["job-" + name] = max_cores
         for g, slots in groups.items():
             os.makedirs(os.path.join(self.out, "caps", g), exist_ok=True)
+        # jobs with timeouts, whose renders may hang or go silent
+        timed = self.rng.random() < 0.35
 
         def layer(lname, frames, chunk=1, **deps):
             spec = {"name": lname, "range": "1-%d" % frames, "cores": 1,
@@ -483,6 +508,11 @@ class Harness:
                     "env": {"FQH_GROUPS": ",".join("%s:%d" % gs for gs in groups.items()),
                             "FQH_SEED": str(self.args.seed),
                             "FQH_MISBEHAVE": "75:%d:15,1:1:5" % self.rng.randint(1, MISBEHAVE_RUNS)}}
+            if timed:
+                pct = self.args.hang_percent
+                spec["env"]["FQH_HANG"] = "hang:%d:%d,silent:%d:%d" % (HANG_RUNS, pct, HANG_RUNS, pct)
+                if self.rng.random() < 0.2:
+                    spec["timeout"] = "%ds" % (TIMEOUT + 1)
             if chunk > 1:
                 spec["chunk"] = chunk
             if limited:
@@ -524,6 +554,8 @@ class Harness:
                 "host_failure_limit": 0,
                 "requeue_exit_codes": [75], "requeue_delay": self.rng.choice([1, 2, "2s"]),
                 "max_requeues": self.rng.randint(1, 3), "retry_delay": self.rng.choice([0, 1, "1s"])}
+        if timed:
+            spec.update(timeout=TIMEOUT, timeout_no_output=NO_OUTPUT)
         if folder:
             spec["folder"] = folder
         # some jobs wait for one or two recent jobs of the run (never a job
@@ -550,7 +582,7 @@ class Harness:
         self.job_names[name] = job
         self.history.log("submit", job=job, name=name, frames=frames, shape=shape,
                          after_jobs=spec.get("after_jobs", []), chunked_tasks=chunked,
-                         depends=dict(deps))
+                         depends=dict(deps), timed=timed)
 
     def submitter(self):
         target = 3 * HOST_CORES * len(self.host_names)
@@ -629,6 +661,7 @@ class Harness:
                 "proxy_delay": r(2, 8),
                 "drop_reports": r(5, 15),
                 "server_crash": r(0, 4),
+                "hidden_timeout_push": r(12, 14),
                 "hidden_farm_down": r(4, 6)}.get(kind, 0.0)
 
     def run_fault(self, fid, kind, target, duration, x):
@@ -789,6 +822,26 @@ class Harness:
             self.sql("SELECT frameq.set_host_state(%s, 'up')", (h,), fetch=False)
         self.off(fid)
 
+    def fault_hidden_timeout_push(self, fid, h, d, x):
+        """Wait for a render that hangs (writing output: only its timeout
+        stops it), move its task's deadline an hour on, and hold the farm
+        free of other faults for d seconds (longer than the timeout bound
+        from the booking), so that nothing else ends it before it has run
+        past its timeout by more than the checker allows (it runs until
+        its SIGALRM, FQH_ALARM s after its start)."""
+        deadline = time.monotonic() + 30
+        hung = self.monitor.hung_live("hang")
+        while not hung and time.monotonic() < deadline:
+            time.sleep(0.1)
+            hung = self.monitor.hung_live("hang")
+        proc = hung[0] if hung else None
+        self.on(fid, "hidden_timeout_push", None, proc=proc, seconds=round(d, 2))
+        if proc is not None:
+            self.sql("""UPDATE frameq.proc SET timeout_at = timeout_at + interval '1 hour'
+                        WHERE id = %s AND state = 'running'""", (proc,), fetch=False)
+        time.sleep(d)
+        self.off(fid)
+
     def direct(self, server, query):
         conn = psycopg2.connect(host="127.0.0.1", port=server.port, dbname="fq", user="postgres",
                                 connect_timeout=5, application_name="fqh-nemesis")
@@ -927,7 +980,8 @@ class Harness:
     def quiesce(self, backlog, slots, depth):
         self.history.log("phase", phase="quiescence")
         bound = (LEASE_PERIOD * 2 + POLL + RENDER_MAX + math.ceil(backlog / slots) * (RENDER_MAX + 1)
-                 + depth * (RENDER_MAX + 1 + POLL) + 60)
+                 + depth * (RENDER_MAX + 1 + POLL) + (HANG_RUNS + depth) * (TIMEOUT + 1 + POLL + LEASE_PERIOD)
+                 + 60)
         deadline = time.monotonic() + bound
         done = False
         while time.monotonic() < deadline:
@@ -973,7 +1027,8 @@ class Harness:
                        "render_max": RENDER_MAX + 1.0, "freeze_k": FREEZE_K,
                        "quarantine": LEASE_PERIOD, "poll": POLL, "hosts": len(self.host_names),
                        "duration": self.args.duration, "delay_max": DELAY_MAX,
-                       "misbehave_runs": MISBEHAVE_RUNS},
+                       "misbehave_runs": MISBEHAVE_RUNS, "hang_runs": HANG_RUNS,
+                       "timeout_max": TIMEOUT + 1, "kill_grace": 1.0},
             # size: the task's frame numbers (chunk)
             "frames": rows("""SELECT id, job, layer, number, coalesce(cardinality(numbers), 1) AS size,
                                      state, retries, attempts FROM frameq.frame"""),
@@ -993,11 +1048,14 @@ class Harness:
                             FROM frameq.run r JOIN frameq.host h ON h.id = r.host"""),
             "procs": rows("SELECT p.id, p.frame, h.name AS host, p.state FROM frameq.proc p JOIN frameq.host h ON h.id = p.host"),
             # each layer's requeue and retry delays in force (every job
-            # gives all four, so a layer's own or its job's)
+            # gives all four, so a layer's own or its job's), and its
+            # timeouts (a layer's own, its job's, or none: null)
             "layers": rows("""SELECT l.id, coalesce(l.requeue_exit_codes, j.requeue_exit_codes) AS requeue_exit_codes,
                                      coalesce(l.requeue_delay, j.requeue_delay) AS requeue_delay,
                                      coalesce(l.max_requeues, j.max_requeues) AS max_requeues,
-                                     coalesce(l.retry_delay, j.retry_delay) AS retry_delay
+                                     coalesce(l.retry_delay, j.retry_delay) AS retry_delay,
+                                     coalesce(l.timeout, j.timeout) AS timeout,
+                                     coalesce(l.timeout_no_output, j.timeout_no_output) AS timeout_no_output
                               FROM frameq.layer l JOIN frameq.job j ON j.id = l.job"""),
             "outputs": rows("SELECT frame, proc, content FROM fqh.output"),
             "publishes": rows("SELECT frame, proc, extract(epoch FROM at)::float8 AS at FROM fqh.publish_log"),
@@ -1112,6 +1170,8 @@ def main():
     ap.add_argument("--max-active", type=int, default=2)
     ap.add_argument("--every-kind", action="store_true", help="inject every kind of fault at least once")
     ap.add_argument("--inject", help="comma-separated fault kinds to draw from (default: all that frameq survives)")
+    ap.add_argument("--hang-percent", type=int, default=HANG_PERCENT,
+                    help="of the frames of jobs with timeouts that hang, and as many that go silent")
     args = ap.parse_args()
     if os.getuid() != 0:
         sys.exit("harness.py must run as root (servers run as postgres via runuser)")

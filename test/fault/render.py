@@ -15,20 +15,34 @@ agent: the host's fault proxies).
    groups (a group has as many slots as its cap allows frames); when none
    is free, a live process exceeds the cap: it logs a slot_violation.
 3. It writes its output, tagged with its proc, in chunks with pauses.
-4. A misbehaving render (FQH_MISBEHAVE, from its layer's env: "code:runs:
+4. A hung or silent render (FQH_HANG, from its layer's env: "mode:runs:
+   percent,...", given only to jobs whose layers have a `timeout` and a
+   `timeout_no_output`) stops here on its first `runs` runs (marker files
+   misbehaved/<frame>-<mode>-<i>), for a frame picked by its number (by
+   another hash than FQH_MISBEHAVE's): it logs a hang event and never
+   ends on its own.  "hang" goes on writing a line every 0.5 s (only the
+   layer's timeout stops it), "silent" writes nothing more (its
+   timeout_no_output stops it).  It holds its witness lock and slots all
+   the while, as a real render would.  Only frameq's kill (or its lease's
+   end, or SIGALRM after FQH_ALARM seconds) ends it.
+5. A misbehaving render (FQH_MISBEHAVE, from its layer's env: "code:runs:
    percent,...") stops here: a frame picked by its number for one entry
    (percent of the frames, by the run's seed FQH_SEED) exits with that
    code, without publishing, on its first `runs` runs (counted in marker
-   files misbehaved/<frame>-<i>, shared by every host of the machine),
+   files misbehaved/<frame>-<code>-<i>, shared by every host of the machine),
    and renders normally after.  Code 75 is the harness's requeue exit code
    (frameq requeues the task after its requeue_delay); any other is a
    failure (retried after retry_delay).
-5. It publishes the output only in a transaction that first checks
+6. It publishes the output only in a transaction that first checks
    frameq.owns(proc, secret) with the FRAMEQ_RUN_SECRET its agent gave it
    (true only for the proc's own render; it then holds the proc row
    against release until the commit), then exits 0.  Not the owner: exit
    3, nothing published.  Database unreachable for too long: exit 4.
    It logs in as its host's role (FQH_CONNINFO, its agent's conninfo).
+
+Its stdout (the agent's log of the run, whose idle time the agent reports)
+gets a line per chunk written and per publish attempt, so a render that
+works is never idle for long.
 
 Each event is one JSON line appended (O_APPEND, one write) to
 history/renders.jsonl, with t = CLOCK_MONOTONIC seconds.
@@ -105,9 +119,12 @@ def main():
         for i in range(chunks):
             f.write("proc=%d chunk=%d\n" % (PROC, i))
             f.flush()
+            print("chunk %d" % i, flush=True)
             time.sleep(render_time() / chunks)
     with open(out) as f:
         content = f.read()
+
+    hang()
 
     code = misbehave()
     if code is None:
@@ -116,23 +133,46 @@ def main():
     sys.exit(code)
 
 
-def misbehave():
-    """The exit code of this run if it misbehaves (4. above), else None."""
-    pick = (FRAME * 2654435761 + int(os.environ.get("FQH_SEED", "0"))) % 100
-    for entry in filter(None, os.environ.get("FQH_MISBEHAVE", "").split(",")):
-        code, runs, percent = (int(x) for x in entry.split(":"))
-        if pick >= percent:
-            pick -= percent
+def picked(var, salt):
+    """What the entry of env var ("what:runs:percent,...") that picks this
+    frame says, if this is one of its first `runs` runs (counted in marker
+    files misbehaved/<frame>-<what>-<i>), else None.  The frame is picked
+    by its number, the run's seed and salt: the first entry's percent of
+    the frames, the next entry's of the rest, and so on."""
+    pick = (FRAME * salt + int(os.environ.get("FQH_SEED", "0"))) % 100
+    for entry in filter(None, os.environ.get(var, "").split(",")):
+        what, runs, percent = entry.split(":")
+        if pick >= int(percent):
+            pick -= int(percent)
             continue
-        for i in range(runs):
+        for i in range(int(runs)):
             try:
-                os.close(os.open(os.path.join(DIR, "misbehaved", "%d-%d" % (FRAME, i)),
+                os.close(os.open(os.path.join(DIR, "misbehaved", "%d-%s-%d" % (FRAME, what, i)),
                                  os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-                return code
+                return what
             except FileExistsError:
                 pass
         return None
     return None
+
+
+def hang():
+    """Hang here, writing a line every 0.5 s or nothing, if FQH_HANG picks
+    this run (4. above)."""
+    mode = picked("FQH_HANG", 2246822519)
+    if mode is None:
+        return
+    log("hang", frame=FRAME, mode=mode)
+    while True:
+        if mode == "hang":
+            print("still rendering", flush=True)
+        time.sleep(0.5)
+
+
+def misbehave():
+    """The exit code of this run if it misbehaves (5. above), else None."""
+    code = picked("FQH_MISBEHAVE", 2654435761)
+    return None if code is None else int(code)
 
 
 def publish(content):
@@ -140,6 +180,7 @@ def publish(content):
 
     deadline = time.monotonic() + 12
     while True:
+        print("publishing", flush=True)
         try:
             conn = psycopg2.connect(os.environ["FQH_CONNINFO"], connect_timeout=2,
                                     application_name="fqh-render")

@@ -1014,6 +1014,134 @@ def delayed_frame_not_passed_over():
     return f, [C5("passed_over", 7)], {"reserves_empty": 2, "reserves_passed_over": 1}
 
 
+def C10(kind, ident=None):
+    return V("C10_timeouts", kind, ident)
+
+
+def timeouts(end=1051.0, db_end=None, seen_dead=True, second=None):
+    """clean() with the layers' timeouts recorded (job 1's layer: timeout
+    4 s, timeout_no_output 3 s; job 2's: none) and frame 7 of job 1,
+    submitted after the heal: its first render (1046) hangs (its hang
+    event at 1047) until frameq has it killed at `end`; its run (from
+    1045.8) ends `timeout` at db_end (end + 0.03 by default), the report
+    accepted, and the frame waits; the second run (from `second`, by
+    default end + 1.5, for 2 s; none if seen_dead is false) succeeds.  Its deadline is 1049.8, the bound 1055.95 (+ quarantine
+    4.15 s, poll 1 s, ROUND_SLACK 1 s); the render's 1056.15 (from 1046)."""
+    f = clean()
+    f.layers = [{"id": 10, "requeue_exit_codes": [], "requeue_delay": 0, "max_requeues": 0,
+                 "retry_delay": 0, "timeout": 4, "timeout_no_output": 3},
+                {"id": 20, "requeue_exit_codes": [], "requeue_delay": 0, "max_requeues": 0,
+                 "retry_delay": 0, "timeout": None, "timeout_no_output": None}]
+    f.params.update(hang_runs=1, timeout_max=4)
+    f.submit(1045, 1, [7])
+    f.attempt(7, 107, "h1", 1046, end, reason="timeout", end_state="waiting",
+              death="killed" if seen_dead else None, signal=15, publish=False, output=False,
+              accepted=True, db=(1045.8, end + 0.03 if db_end is None else db_end))
+    f.r(1047, "hang", 107, frame=7, mode="hang")
+    if seen_dead:
+        second = end + 1.5 if second is None else second
+        f.attempt(7, 117, "h2", second, second + 2)
+    return f
+
+
+@case
+def timeouts_kept():
+    # the hung render is killed 1.2 s past its deadline, its run ends
+    # `timeout` (an accepted report: no ack_mismatch); frames 1-3's runs
+    # have the failover (1011) in their way
+    return timeouts(), [], {"timeouts_recorded": True, "timeout_overrun_max_seconds": 1.23,
+                            "hung_renders": {"hang": 1}, "hung_ended_by": {"timeout": 1},
+                            "timed_runs_extended_by_faults": 3}
+
+
+@case
+def timeouts_not_recorded():
+    # layers without timeout keys: C10 is not applied
+    f = timeouts(end=1070)
+    for row in f.layers:
+        del row["timeout"], row["timeout_no_output"]
+    return f, [], {"timeouts_recorded": False, "timed_runs": 0}
+
+
+@case
+def timeout_overrun():
+    # killed at 1056.5: the run ends 0.58 s past its bound, the render
+    # 0.35 s past its own
+    return timeouts(end=1056.5), [C10("timeout_overrun", 7), C10("render_overrun", 7)], {}
+
+
+@case
+def timeout_overrun_in_the_db_only():
+    # the render dies in time, but its run ends only at 1057: its end
+    # was not reported, and no fault was in the way
+    return timeouts(db_end=1057.0, second=1058), [C10("timeout_overrun", 7)], {}
+
+
+@case
+def timeout_overrun_excused_by_a_db_fault():
+    # a server crash from 1050 to 1052: the bound moves by its 2 s plus
+    # quarantine, poll and the agent's backoff
+    f = timeouts(end=1056.5)
+    f.fault(1050, 1052, "server_crash")
+    return f, [], {"timed_runs_extended_by_faults": 4}
+
+
+@case
+def timeout_overrun_not_excused_by_another_hosts_fault():
+    # a fault of h3 is in the way of nothing on h1
+    f = timeouts(end=1056.5)
+    f.fault(1050, 1052, "proxy_blackhole", "h3")
+    return f, [C10("timeout_overrun", 7), C10("render_overrun", 7)], {}
+
+
+@case
+def timeout_overrun_not_excused_by_a_render_kill():
+    # a render killed on h1 holds up nothing
+    f = timeouts(end=1056.5)
+    f.fault(1050, 1050, "render_kill", "h1")
+    return f, [C10("timeout_overrun", 7), C10("render_overrun", 7)], {}
+
+
+@case
+def timeout_overrun_excused_by_terminated_sessions():
+    # sessions terminated at 1055 (within the bound): it moves by poll + 1 s
+    f = timeouts(end=1056.5)
+    f.fault(1055, 1055, "terminate_backends")
+    return f, [], {}
+
+
+@case
+def timeout_overrun_excused_by_its_hosts_fault():
+    # h1 cut off from 1049 to 1050: its report could not be sent
+    f = timeouts(end=1056.5)
+    f.fault(1049, 1050, "proxy_blackhole", "h1")
+    return f, [], {}
+
+
+@case
+def hung_render_never_ended():
+    # liveness: the hung render was never seen dead (and its frame, never
+    # run again, ended dead)
+    f = timeouts(seen_dead=False)
+    f.frames[7]["state"] = "dead"
+    next(r for r in f.runs if r["proc"] == 107)["end_state"] = "dead"
+    return f, [C1("never_seen_dead", 7), C10("hung_not_ended", 7)], {}
+
+
+@case
+def hung_run_never_ended():
+    # liveness: the render died, but its run never ended in the database
+    # (no report of it was accepted; the frame never ran again)
+    f = timeouts()
+    f.drop(117)
+    f.logs["h1"] = [ln for ln in f.logs["h1"] if " proc=107 " not in ln]
+    run = next(r for r in f.runs if r["proc"] == 107)
+    run.update(ended_at=None, reason=None, end_state=None)
+    f.procs.append({"id": 107, "frame": 7, "host": "h1", "state": "killing"})
+    f.frames[7]["state"] = "running"
+    return f, [C10("hung_not_ended", 7), C5("live_proc", 7), C3("frame_not_terminal", 7)], {}
+
+
 def ident(v):
     return v.get("group", v.get("frame"))
 
