@@ -526,8 +526,17 @@ frameq_worker_main(Datum main_arg)
 						 &jump))
 			rearm = false;
 
-		/* wake for the next resend, and at least every second for expiry */
-		timeout = Min(frameq_kill_resend_interval, 1000);
+		/*
+		 * Wake for the next resend, and at least every second for expiry
+		 * and timeouts: a round starts a second after the last one started
+		 * (less the round's own time), so a deadline is met within a
+		 * second, however long the round took (at least 10 ms apart).
+		 */
+		INSTR_TIME_SET_CURRENT(mono_now);
+		INSTR_TIME_SUBTRACT(mono_now, mono_then);
+		timeout = Min(frameq_kill_resend_interval, 1000) -
+			(long) INSTR_TIME_GET_MILLISEC(mono_now);
+		timeout = Max(timeout, 10);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 timeout, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
