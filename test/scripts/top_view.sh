@@ -7,7 +7,7 @@
 #   shot000_plate   alpha, 2 tasks, both succeeded: finished
 #   shot010_render  alpha, 10 tasks: 4 succeeded, 1 failed (exit 1, no
 #                   retries: dead), 1 killed by kill_frame ("wrong camera":
-#                   dead, run reason killed), 2 running on r2, 2 waiting
+#                   dead, run reason killed), 3 running on r2, 1 waiting
 #   shot020_comp    beta, 4 tasks of 2 cores, max_dead_frames 1: 1 failed
 #                   (exit 2: dead, and the job paused itself), 1 running on
 #                   r1, 2 waiting
@@ -91,7 +91,7 @@ SELECT count(*) FROM pg_temp.book('r2', 1);
 SELECT pg_temp.done('r2', 1, 4, 0, 9, true);
 SELECT frameq.set_job(4, paused => true);
 SELECT frameq.set_job(2, paused => false);
-SELECT count(*) FROM pg_temp.book('r2', 2);
+SELECT count(*) FROM pg_temp.book('r2', 3);
 SELECT frameq.set_job(4, paused => false);
 SQL
 
@@ -99,7 +99,7 @@ SQL
 farm=$(q -F ' ' -c "SELECT string_agg(concat_ws(' ', job, name, state, total, succeeded, running,
                                               waiting + depend, dead), '; ' ORDER BY job)
                       FROM frameq.job_progress")
-want="1 shot000_plate finished 2 2 0 0 0; 2 shot010_render active 10 4 2 2 2; 3 shot020_comp paused 4 0 1 2 1; 4 shot030_fx active 2 0 0 2 0"
+want="1 shot000_plate finished 2 2 0 0 0; 2 shot010_render active 10 4 3 1 2; 3 shot020_comp paused 4 0 1 2 1; 4 shot030_fx active 2 0 0 2 0"
 [[ $farm == "$want" ]] || { echo "not ok: the scripted farm is not as planned: $farm"; exit 1; }
 runs=$(q -F ' ' -c "SELECT string_agg(concat_ws(' ', r.job, f.frame_number, r.host, r.reason, r.exit_status),
                                       '; ' ORDER BY r.job, f.frame_number)
@@ -139,7 +139,7 @@ if max(len(l) for l in lines) > 120:
     fail("a line is wider than --width 120")
 title = lines[0]
 if re.match(r"frameq-top  top_watch@local/\S+  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d  "
-            r"jobs: 2 active, 1 paused  hosts: 2 up of 3  procs: 3$", title):
+            r"jobs: 2 active, 1 paused  hosts: 2 up of 3  procs: 4$", title):
     ok("title: who, when, jobs, hosts and procs")
 else:
     fail("title: %r" % title)
@@ -151,7 +151,7 @@ for sec, n in (("JOBS", 4), ("HOSTS", 3), ("SHOWS", 2), ("KILLS AND FAILURES, LA
 W = 40
 jobs = {
     1: ("shot000_plate", "finished", 2, 2, 0, 0, 0, 0),
-    2: ("shot010_render", "active", 10, 4, 0, 2, 2, 2),
+    2: ("shot010_render", "active", 10, 4, 0, 3, 1, 2),
     3: ("shot020_comp", "paused", 4, 0, 0, 1, 2, 1),
     4: ("shot030_fx", "active", 2, 0, 0, 0, 2, 0),
 }
@@ -178,9 +178,9 @@ for job, (name, state, total, succ, eaten, run, wait, dead) in jobs.items():
     if int(m.group(10)) != 100 * succ // total:
         fail("job %d: %s%%, want %d%%" % (job, m.group(10), 100 * succ // total))
     ok("job %d %s: %s %d/%d, %d running, %d waiting, %d dead, bar %s" % ((job,) + want + (b,)))
-# the bar of shot010_render, by hand: 16 succeeded, 8 running, 8 dead, 8 waiting
-if "[" + "#" * 16 + ">" * 8 + "x" * 8 + "." * 8 + "]" not in screen:
-    fail("shot010_render's bar is not 16 #, 8 >, 8 x, 8 .")
+# the bar of shot010_render, by hand: 16 succeeded, 12 running, 8 dead, 4 waiting
+if "[" + "#" * 16 + ">" * 12 + "x" * 8 + "." * 4 + "]" not in screen:
+    fail("shot010_render's bar is not 16 #, 12 >, 8 x, 4 .")
 l = lines.index(line_of(r"^\s+3 shot020_comp "))
 if lines[l + 1].strip() != "paused: max_dead_frames: 1 of its tasks are dead, the limit is 1":
     fail("the paused job's reason: %r" % lines[l + 1])
@@ -189,12 +189,12 @@ else:
 
 # hosts: state, cores used/total, memory used/total, procs
 for pat in (r"^r1\s+gen\s+up\s+2/8\s+2\.0/16\.0G\s+1$",
-            r"^r2\s+gen\s+up\s+2/4\s+2\.0/8\.0G\s+2$",
+            r"^r2\s+gen\s+up\s+3/4\s+3\.0/8\.0G\s+3$",
             r"^r3\s+gen\s+repair/operator\s+0/4\s+0\.0/8\.0G\s+0$"):
     if line_of(pat):
         ok("host line " + pat)
 # shows: running, cores used/burst
-for pat in (r"^alpha@gen\s+2\s+2/12$", r"^beta@gen\s+1\s+2/8$"):
+for pat in (r"^alpha@gen\s+3\s+3/12$", r"^beta@gen\s+1\s+2/8$"):
     if line_of(pat):
         ok("show line " + pat)
 # failures: newest first, each with its reason, job, frame and host
@@ -217,7 +217,7 @@ if awk 'length > 60 { bad = 1 } END { exit !bad }' "$FRAMEQ_TEST_TMP/narrow"; th
 	echo "not ok: --width 60 wrote a longer line"; exit 1
 fi
 grep -q '\[' "$FRAMEQ_TEST_TMP/narrow" && { echo "not ok: a bar in 60 columns"; exit 1; }
-grep -Eq '^ +2 shot010_render +active +4/10 +2 +2 +2$' "$FRAMEQ_TEST_TMP/narrow" ||
+grep -Eq '^ +2 shot010_render +active +4/10 +3 +1 +2$' "$FRAMEQ_TEST_TMP/narrow" ||
 	{ cat "$FRAMEQ_TEST_TMP/narrow"; echo "not ok: shot010_render's counts in 60 columns"; exit 1; }
 echo "ok: 60 columns: no bar, the counts kept"
 # a short screen: at most 16 lines, the sections cut with "... N more"
