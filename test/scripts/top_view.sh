@@ -19,7 +19,8 @@
 # cores per show, and the four failures with their reasons.  A narrow and a
 # short screen degrade (no bar; sections cut with "... N more"), and the
 # interactive mode, under a pty, draws its header and exits 0 on q and on
-# Ctrl-C.
+# Ctrl-C.  A view `actions` (where there is one) is shown; the views of
+# frameq 0.1.0, which lack some columns, are read too.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=worker_lib.bash
@@ -27,7 +28,26 @@ source test/scripts/worker_lib.bash
 need_debs python3-psycopg2
 : "${FRAMEQ_TEST_TMP:=$(mktemp -d)}"
 q() { psql -X -q -At -v ON_ERROR_STOP=1 "$@"; }
+# a view frameq.actions made below stands in for one the extension lacks;
+# it is never left behind, nor is an old version of the extension
+drop_stand_in="DO \$\$ BEGIN
+	IF to_regclass('frameq.actions') IS NOT NULL AND NOT EXISTS (
+		SELECT 1 FROM pg_depend WHERE classid = 'pg_class'::regclass
+		   AND objid = 'frameq.actions'::regclass AND deptype = 'e') THEN
+		DROP VIEW frameq.actions;
+	END IF;
+END \$\$"
+old_installed=0
+cleanup() {
+	q -c "$drop_stand_in" >/dev/null 2>&1 || true
+	if (( old_installed )); then
+		q -c "DROP EXTENSION IF EXISTS frameq CASCADE" -c "CREATE EXTENSION frameq" >/dev/null 2>&1 ||
+			echo "not ok: could not put the current extension back"
+	fi
+}
+trap cleanup EXIT
 
+q -c "$drop_stand_in" >/dev/null
 q <<'SQL' >/dev/null
 SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS frameq CASCADE;
@@ -258,5 +278,59 @@ for key in q $'\003'; do
 	echo "ok: interactive: drew the header and the jobs, $name ended it with status 0"
 done
 
-q -c "DROP TABLE top_host" -c "ALTER SYSTEM RESET frameq.lease_ttl" -c "SELECT pg_reload_conf()" >/dev/null
+# the operator actions, where a view `actions` exists: one made here if
+# this frameq has none (a later one's columns are its own)
+made=$(q <<'SQL'
+SELECT to_regclass('frameq.actions') IS NULL AS made \gset
+\if :made
+CREATE VIEW frameq.actions AS
+	SELECT now() - interval '1 minute' AS at, 'wrangler_anna'::text AS who,
+		   'kill_frame'::text AS action, 6::bigint AS frame, 'wrong camera'::text AS reason;
+GRANT SELECT ON frameq.actions TO frameq_reader;
+\endif
+SELECT :'made';
+SQL
+)
+top --once --width 120 > "$FRAMEQ_TEST_TMP/actions"
+if [[ $made == t ]]; then
+	grep -q '^ACTIONS (1)$' "$FRAMEQ_TEST_TMP/actions" &&
+		grep -Eq '^[0-9:]{8}  wrangler_anna  kill_frame  6  wrong camera$' "$FRAMEQ_TEST_TMP/actions" ||
+		{ cat "$FRAMEQ_TEST_TMP/actions"; echo "not ok: the actions view was not shown"; exit 1; }
+	q -c "REVOKE SELECT ON frameq.actions FROM frameq_reader"
+	top --once --width 120 > "$FRAMEQ_TEST_TMP/actions2"
+	! grep -q '^ACTIONS' "$FRAMEQ_TEST_TMP/actions2" && grep -q '^JOBS (4)' "$FRAMEQ_TEST_TMP/actions2" ||
+		{ cat "$FRAMEQ_TEST_TMP/actions2"; echo "not ok: an unreadable actions view broke the screen"; exit 1; }
+	q -c "DROP VIEW frameq.actions"
+	echo "ok: a view actions is shown, newest first; one the role may not read is left out"
+else
+	grep -q '^ACTIONS (' "$FRAMEQ_TEST_TMP/actions" ||
+		{ cat "$FRAMEQ_TEST_TMP/actions"; echo "not ok: frameq.actions exists but is not shown"; exit 1; }
+	echo "ok: this frameq's view actions is shown"
+fi
+
+# an old frameq (0.1.0: no frame_spec, paused_reason or retired_at in the
+# views) is shown too; the current version is put back whatever happens
+old_installed=1
+q <<'SQL' >/dev/null
+SET client_min_messages = warning;
+DROP EXTENSION frameq CASCADE;
+CREATE EXTENSION frameq VERSION '0.1.0';
+GRANT frameq_reader TO top_watch;
+SELECT frameq.create_allocation('old');
+SELECT frameq.create_show('oldshow');
+SELECT frameq.set_subscription('oldshow', 'old', 4, 4);
+SELECT frameq.register_host('old1', 'old', 4, 8589934592);
+SELECT frameq.submit('{"show": "oldshow", "name": "old_job",
+  "layers": [{"name": "r", "command": "true", "range": "1-3"}]}');
+SQL
+top --once --width 120 > "$FRAMEQ_TEST_TMP/old" 2>&1 ||
+	{ cat "$FRAMEQ_TEST_TMP/old"; echo "not ok: frameq-top failed on frameq 0.1.0"; exit 1; }
+grep -Eq '^ +1 old_job +active +0/3 +0 +3 +0 \[\.+\] +0%$' "$FRAMEQ_TEST_TMP/old" &&
+	grep -Eq '^old1 +old +up +0/4 +0\.0/8\.0G +0$' "$FRAMEQ_TEST_TMP/old" ||
+	{ cat "$FRAMEQ_TEST_TMP/old"; echo "not ok: frameq 0.1.0's farm not shown"; exit 1; }
+echo "ok: frameq 0.1.0's views: its job and host shown"
+q -c "DROP TABLE top_host" -c "DROP EXTENSION frameq CASCADE" -c "CREATE EXTENSION frameq" \
+	-c "ALTER SYSTEM RESET frameq.lease_ttl" \
+	-c "SELECT pg_reload_conf()" >/dev/null
+old_installed=0
 echo "ok: frameq-top"
