@@ -22,9 +22,9 @@
 # Ctrl-C.  A view `actions` (where there is one) is shown; the views of
 # frameq 0.1.0, which lack some columns, are read too.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
 # shellcheck source=worker_lib.bash
-source test/scripts/worker_lib.bash
+source "$(dirname "$0")/worker_lib.bash"
+cd "$(dirname "$0")/../.."
 need_debs python3-psycopg2
 : "${FRAMEQ_TEST_TMP:=$(mktemp -d)}"
 q() { psql -X -q -At -v ON_ERROR_STOP=1 "$@"; }
