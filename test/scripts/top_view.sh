@@ -6,7 +6,8 @@
 # repair) and four jobs, played through the agent's own calls:
 #   shot000_plate   alpha, 2 tasks, both succeeded: finished
 #   shot010_render  alpha, 10 tasks: 4 succeeded, 1 failed (exit 1, no
-#                   retries: dead), 1 killed by kill_frame ("wrong camera":
+#                   retries: dead), 1 killed by kill_frame ("wrong camera",
+#                   with an escape sequence and a newline, shown as '?':
 #                   dead, run reason killed), 3 running on r2, 1 waiting
 #   shot020_comp    beta, 4 tasks of 2 cores, max_dead_frames 1: 1 failed
 #                   (exit 2: dead, and the job paused itself), 1 running on
@@ -33,7 +34,7 @@ q() { psql -X -q -At -v ON_ERROR_STOP=1 "$@"; }
 drop_stand_in="DO \$\$ BEGIN
 	IF to_regclass('frameq.actions') IS NOT NULL AND NOT EXISTS (
 		SELECT 1 FROM pg_depend WHERE classid = 'pg_class'::regclass
-		   AND objid = 'frameq.actions'::regclass AND deptype = 'e') THEN
+		   AND objid = to_regclass('frameq.actions') AND deptype = 'e') THEN
 		DROP VIEW frameq.actions;
 	END IF;
 END \$\$"
@@ -95,7 +96,8 @@ SELECT frameq.submit('{"show": "alpha", "name": "shot010_render", "max_retries":
 SELECT count(*) FROM pg_temp.book('r1', 6);
 SELECT pg_temp.done('r1', n, 2, 0) FROM generate_series(1, 4) n;
 SELECT pg_temp.done('r1', 5, 2, 1);
-SELECT frameq.kill_frame(frame, 'wrong camera') FROM frameq.frames WHERE job = 2 AND frame_number = 6;
+-- a reason is free text: an escape sequence and a newline must not reach the screen
+SELECT frameq.kill_frame(frame, E'wrong camera\x1b[2J\nreally') FROM frameq.frames WHERE job = 2 AND frame_number = 6;
 SELECT pg_temp.done('r1', 6, 2, 0, 15);
 SELECT frameq.set_job(2, paused => true);
 
@@ -221,7 +223,7 @@ for pat in (r"^alpha@gen\s+3\s+3/12$", r"^beta@gen\s+1\s+2/8$"):
 fl = lines[lines.index("KILLS AND FAILURES, LAST 60 MIN (4)") + 2:][:4]
 want = [(r"oom", "shot030_fx", "1", "r2", r"-> waiting$"),
         (r"exit 2", "shot020_comp", "2", "r1", r"-> dead$"),
-        (r"killed", "shot010_render", "6", "r1", r"-> dead  wrong camera$"),
+        (r"killed", "shot010_render", "6", "r1", r"-> dead  wrong camera\?\[2J\?really$"),
         (r"exit 1", "shot010_render", "5", "r1", r"-> dead$")]
 for got, (reason, job, frame, host, tail) in zip(fl, want):
     if not re.match(r"^\d\d:\d\d:\d\d %s\s+%s\s+%s\s+%s\s+%s" % (reason, job, frame, host, tail), got):
