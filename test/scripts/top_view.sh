@@ -310,6 +310,30 @@ else
 	echo "ok: this frameq's view actions is shown"
 fi
 
+# waiting tasks per show, where job_progress has a column `show`: this
+# frameq's view wrapped in one that adds it (the extension is
+# re-created below, which drops the wrapper)
+q <<'SQL' >/dev/null
+DO $$ BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'frameq.job_progress'::regclass
+					  AND attname = 'show') THEN
+		ALTER VIEW frameq.job_progress RENAME TO job_progress_without_show;
+		CREATE VIEW frameq.job_progress AS
+			SELECT p.*, s.name AS show FROM frameq.job_progress_without_show p
+			  JOIN frameq.job j ON j.id = p.job JOIN frameq.show s ON s.id = j.show;
+		GRANT SELECT ON frameq.job_progress TO frameq_reader;
+	END IF;
+END $$;
+SQL
+top --once --width 120 > "$FRAMEQ_TEST_TMP/shows"
+# alpha: shot010_render's 1 and shot030_fx's 2 (not the finished job's);
+# beta: shot020_comp's 2 (paused jobs count)
+grep -Eq '^SHOW@ALLOCATION +RUNNING +CORES USED/BURST +WAITING$' "$FRAMEQ_TEST_TMP/shows" &&
+	grep -Eq '^alpha@gen +3 +3/12 +3$' "$FRAMEQ_TEST_TMP/shows" &&
+	grep -Eq '^beta@gen +1 +2/8 +2$' "$FRAMEQ_TEST_TMP/shows" ||
+	{ cat "$FRAMEQ_TEST_TMP/shows"; echo "not ok: waiting tasks per show"; exit 1; }
+echo "ok: with a show column in job_progress, waiting tasks per show: alpha 3, beta 2"
+
 # an old frameq (0.1.0: no frame_spec, paused_reason or retired_at in the
 # views) is shown too; the current version is put back whatever happens
 old_installed=1
