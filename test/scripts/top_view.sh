@@ -20,7 +20,7 @@
 # cores per show, and the four failures with their reasons.  A narrow and a
 # short screen degrade (no bar; sections cut with "... N more"), and the
 # interactive mode, under a pty, draws its header and exits 0 on q and on
-# Ctrl-C.  A view `actions` (where there is one) is shown; the views of
+# Ctrl-C, and shows a session ended under it and connects again.  A view `actions` (where there is one) is shown; the views of
 # frameq 0.1.0, which lack some columns, are read too.
 set -euo pipefail
 # shellcheck source=worker_lib.bash
@@ -279,6 +279,26 @@ for key in q $'\003'; do
 		{ echo "not ok: interactive, $name: no header or jobs drawn"; exit 1; }
 	echo "ok: interactive: drew the header and the jobs, $name ended it with status 0"
 done
+
+# interactive, its session ended under it: it says so, connects again at
+# the next refresh, and q still ends it
+rc=0
+{
+	sleep 2
+	q -c "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'frameq-top'" \
+		> "$FRAMEQ_TEST_TMP/lost.killed"
+	sleep 2.5
+	q -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'frameq-top' AND usename = 'top_watch'" \
+		> "$FRAMEQ_TEST_TMP/lost.again"
+	printf q
+	sleep 5
+} | TERM=xterm COLUMNS=120 LINES=40 timeout 20 \
+	script -qfec "tools/frameq-top user=top_watch" "$FRAMEQ_TEST_TMP/tty.lost" >/dev/null || rc=$?
+[[ $rc == 0 && $(cat "$FRAMEQ_TEST_TMP/lost.killed") == 1 && $(cat "$FRAMEQ_TEST_TMP/lost.again") == 1 ]] ||
+	{ echo "not ok: a lost session: exit $rc, $(cat "$FRAMEQ_TEST_TMP/lost.killed") ended, $(cat "$FRAMEQ_TEST_TMP/lost.again") after"; exit 1; }
+grep -aq 'cannot read the farm (retrying every' "$FRAMEQ_TEST_TMP/tty.lost" ||
+	{ echo "not ok: a lost session was not shown"; exit 1; }
+echo "ok: interactive: a lost session is shown, and it connects again"
 
 # the operator actions, where a view `actions` exists: one made here if
 # this frameq has none (a later one's columns are its own)
