@@ -242,6 +242,15 @@ grep -q '\[' "$FRAMEQ_TEST_TMP/narrow" && { echo "not ok: a bar in 60 columns"; 
 grep -Eq '^ +2 shot010_render +active +4/10 +3 +1 +2$' "$FRAMEQ_TEST_TMP/narrow" ||
 	{ cat "$FRAMEQ_TEST_TMP/narrow"; echo "not ok: shot010_render's counts in 60 columns"; exit 1; }
 echo "ok: 60 columns: no bar, the counts kept"
+# 80 columns: a shorter bar (17 cells: 7 succeeded, 5 running, 3 dead, 2
+# waiting, each rounded on the running total) beside a name cut to 12
+top --once --width 80 > "$FRAMEQ_TEST_TMP/eighty"
+if awk 'length > 80 { bad = 1 } END { exit !bad }' "$FRAMEQ_TEST_TMP/eighty"; then
+	echo "not ok: --width 80 wrote a longer line"; exit 1
+fi
+grep -Eq '^ +2 shot010_ren~ active +4/10 +3 +1 +2 \[#{7}>{5}x{3}\.{2}\] +40%$' "$FRAMEQ_TEST_TMP/eighty" ||
+	{ cat "$FRAMEQ_TEST_TMP/eighty"; echo "not ok: shot010_render's bar in 80 columns"; exit 1; }
+echo "ok: 80 columns: a bar of 17 cells"
 # a short screen: at most 16 lines, the sections cut with "... N more"
 top --once --width 120 --height 16 > "$FRAMEQ_TEST_TMP/short"
 n=$(wc -l < "$FRAMEQ_TEST_TMP/short")
