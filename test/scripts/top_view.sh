@@ -316,7 +316,8 @@ SELECT to_regclass('frameq.actions') IS NULL AS made \gset
 \if :made
 CREATE VIEW frameq.actions AS
 	SELECT now() - interval '1 minute' AS at, 'wrangler_anna'::text AS who,
-		   'kill_frame'::text AS action, 6::bigint AS frame, 'wrong camera'::text AS reason;
+		   'kill_frame'::text AS action, NULL::bigint AS layer, 6::bigint AS frame,
+		   '{"reason": "wrong camera", "n": 1}'::jsonb AS detail;
 GRANT SELECT ON frameq.actions TO frameq_reader;
 \endif
 SELECT :'made';
@@ -325,14 +326,16 @@ SQL
 top --once --width 120 > "$FRAMEQ_TEST_TMP/actions"
 if [[ $made == t ]]; then
 	grep -q '^ACTIONS (1)$' "$FRAMEQ_TEST_TMP/actions" &&
-		grep -Eq '^[0-9:]{8}  wrangler_anna  kill_frame  6  wrong camera$' "$FRAMEQ_TEST_TMP/actions" ||
+		grep -q '^AT        WHO            ACTION      FRAME  DETAIL$' "$FRAMEQ_TEST_TMP/actions" &&
+		grep -Eq '^[0-9:]{8}  wrangler_anna  kill_frame  6      \{"n": 1, "reason": "wrong camera"\}$' \
+			"$FRAMEQ_TEST_TMP/actions" ||
 		{ cat "$FRAMEQ_TEST_TMP/actions"; echo "not ok: the actions view was not shown"; exit 1; }
 	q -c "REVOKE SELECT ON frameq.actions FROM frameq_reader"
 	top --once --width 120 > "$FRAMEQ_TEST_TMP/actions2"
 	! grep -q '^ACTIONS' "$FRAMEQ_TEST_TMP/actions2" && grep -q '^JOBS (4)' "$FRAMEQ_TEST_TMP/actions2" ||
 		{ cat "$FRAMEQ_TEST_TMP/actions2"; echo "not ok: an unreadable actions view broke the screen"; exit 1; }
 	q -c "DROP VIEW frameq.actions"
-	echo "ok: a view actions is shown, newest first; one the role may not read is left out"
+	echo "ok: a view actions is shown, aligned, JSON as JSON, an empty column left out; one the role may not read is left out"
 else
 	grep -q '^ACTIONS (' "$FRAMEQ_TEST_TMP/actions" ||
 		{ cat "$FRAMEQ_TEST_TMP/actions"; echo "not ok: frameq.actions exists but is not shown"; exit 1; }
