@@ -277,6 +277,23 @@ SELECT f.id AS frame, f.job, f.layer, f.number AS frame_number, f.state, f.retri
   LEFT JOIN frameq.proc p ON p.frame = f.id
   LEFT JOIN frameq.host h ON h.id = p.host;
 
+CREATE OR REPLACE VIEW frameq.job_progress AS
+SELECT j.id AS job, j.name, j.state,
+	   count(f.id) AS total,
+	   count(f.id) FILTER (WHERE f.state = 'waiting') AS waiting,
+	   count(f.id) FILTER (WHERE f.state = 'depend') AS depend,
+	   count(f.id) FILTER (WHERE f.state = 'running') AS running,
+	   count(f.id) FILTER (WHERE f.state = 'succeeded') AS succeeded,
+	   count(f.id) FILTER (WHERE f.state = 'dead') AS dead,
+	   count(f.id) FILTER (WHERE f.state = 'eaten') AS eaten,
+	   count(f.id) + coalesce(sum(pg_catalog.cardinality(f.numbers) - 1), 0) AS frames_total,
+	   CASE WHEN j.state = 'paused' THEN coalesce(j.paused_reason, 'operator') END AS paused_reason,
+	   count(f.id) FILTER (WHERE f.state = 'waiting' AND f.not_before IS NOT NULL) AS delayed,
+	   (SELECT s.name FROM frameq.show s WHERE s.id = j.show) AS show
+  FROM frameq.job j
+  LEFT JOIN frameq.frame f ON f.job = j.id
+ GROUP BY j.id;
+
 CREATE OR REPLACE VIEW frameq.runs AS
 SELECT r.proc, r.frame, r.job, h.name AS host, r.epoch, r.started_at, r.ended_at,
 	   r.exit_status, r.exit_signal, r.max_rss, r.reason, r.kill_reason, r.end_state,

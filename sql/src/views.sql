@@ -30,7 +30,7 @@ SELECT f.id AS frame, f.job, f.layer, f.number AS frame_number, f.state, f.retri
  * each job's tasks by state, and how many frame numbers they hold; while
  * the job is paused, why: max_dead_frames if it paused itself, else
  * 'operator' (set_job, or submitted paused); delayed: how many of the
- * waiting ones are delayed (frames.not_before)
+ * waiting ones are delayed (frames.not_before); the job's show (0.6.0)
  */
 CREATE VIEW frameq.job_progress AS
 SELECT j.id AS job, j.name, j.state,
@@ -43,7 +43,8 @@ SELECT j.id AS job, j.name, j.state,
 	   count(f.id) FILTER (WHERE f.state = 'eaten') AS eaten,
 	   count(f.id) + coalesce(sum(pg_catalog.cardinality(f.numbers) - 1), 0) AS frames_total,
 	   CASE WHEN j.state = 'paused' THEN coalesce(j.paused_reason, 'operator') END AS paused_reason,
-	   count(f.id) FILTER (WHERE f.state = 'waiting' AND f.not_before IS NOT NULL) AS delayed
+	   count(f.id) FILTER (WHERE f.state = 'waiting' AND f.not_before IS NOT NULL) AS delayed,
+	   (SELECT s.name FROM frameq.show s WHERE s.id = j.show) AS show
   FROM frameq.job j
   LEFT JOIN frameq.frame f ON f.job = j.id
  GROUP BY j.id;

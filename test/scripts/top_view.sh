@@ -215,8 +215,10 @@ for pat in (r"^r1\s+gen\s+up\s+2/8\s+2\.0/16\.0G\s+1$",
             r"^r3\s+gen\s+repair/operator\s+0/4\s+0\.0/8\.0G\s+0$"):
     if line_of(pat):
         ok("host line " + pat)
-# shows: running, cores used/burst
-for pat in (r"^alpha@gen\s+3\s+3/12$", r"^beta@gen\s+1\s+2/8$"):
+# shows: running, cores used/burst, waiting (job_progress has the job's
+# show from frameq 0.6.0; alpha: shot010_render's 1 and shot030_fx's 2,
+# not the finished job's; beta: shot020_comp's 2, paused jobs count)
+for pat in (r"^alpha@gen\s+3\s+3/12\s+3$", r"^beta@gen\s+1\s+2/8\s+2$"):
     if line_of(pat):
         ok("show line " + pat)
 # failures: newest first, each with its reason, job, frame and host
@@ -342,9 +344,9 @@ else
 	echo "ok: this frameq's view actions is shown"
 fi
 
-# waiting tasks per show, where job_progress has a column `show`: this
-# frameq's view wrapped in one that adds it (the extension is
-# re-created below, which drops the wrapper)
+# waiting tasks per show, where job_progress has a column `show` (0.6.0
+# on); before, this frameq's view wrapped in one that adds it (the
+# extension is re-created below, which drops the wrapper)
 q <<'SQL' >/dev/null
 DO $$ BEGIN
 	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'frameq.job_progress'::regclass
