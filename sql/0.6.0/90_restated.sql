@@ -225,6 +225,8 @@ DECLARE
 	moved bigint[];
 	j bigint;
 BEGIN
+	/* the gate reads each layer once for the whole statement (src/depends.c) */
+	PERFORM frameq._gate_memo(true);
 	WITH m AS (
 		UPDATE frameq.frame x SET state = target, version = x.version + 1,
 			   retries = CASE WHEN target = 'waiting' THEN 0 ELSE x.retries END,
@@ -241,6 +243,7 @@ BEGIN
 		   array_agg(g.moved ORDER BY g.job, g.layer)
 	  INTO jobs, layers, lows, bookable, moved
 	  FROM g;
+	PERFORM frameq._gate_memo(false);
 	IF jobs IS NULL THEN
 		RETURN 0;
 	END IF;
@@ -483,6 +486,10 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 	   AND EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = _announce_job_ready.job AND j.state = 'active')
 	 ORDER BY l.id
 $$;
+
+CREATE FUNCTION frameq._gate_memo(on_ bool) RETURNS void
+	AS 'MODULE_PATHNAME', 'frameq_gate_memo' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
 
 CREATE OR REPLACE VIEW frameq.frames AS
 SELECT f.id AS frame, f.job, f.layer, f.number AS frame_number, f.state, f.retries,
@@ -840,5 +847,6 @@ REVOKE ALL ON FUNCTION
 	frameq._bulk_kill_orders(bigint, bigint, text, text),
 	frameq.retry_frames(bigint, text, text[]),
 	frameq.eat_frames(bigint, text, text[]),
-	frameq.kill_frames(bigint, text, text)
+	frameq.kill_frames(bigint, text, text),
+	frameq._gate_memo(bool)
 	FROM PUBLIC;

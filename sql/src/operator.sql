@@ -51,6 +51,8 @@ DECLARE
 	moved bigint[];
 	j bigint;
 BEGIN
+	/* the gate reads each layer once for the whole statement (src/depends.c) */
+	PERFORM frameq._gate_memo(true);
 	WITH m AS (
 		UPDATE frameq.frame x SET state = target, version = x.version + 1,
 			   retries = CASE WHEN target = 'waiting' THEN 0 ELSE x.retries END,
@@ -67,6 +69,7 @@ BEGIN
 		   array_agg(g.moved ORDER BY g.job, g.layer)
 	  INTO jobs, layers, lows, bookable, moved
 	  FROM g;
+	PERFORM frameq._gate_memo(false);
 	IF jobs IS NULL THEN
 		RETURN 0;
 	END IF;

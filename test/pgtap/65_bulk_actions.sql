@@ -9,7 +9,7 @@
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(82);
+SELECT plan(88);
 
 SELECT * FROM fqtest.farm('t65', cores => '{2}', memory => '{8589934592}') \gset
 
@@ -170,6 +170,22 @@ SELECT is((SELECT string_agg(format('%s %s %s %s %s %s', name, number, state, re
 		  'eat_frames leaves each task as eat_frame does');
 SELECT is((SELECT state FROM frameq.job WHERE id = :many), (SELECT state FROM frameq.job WHERE id = :one),
 		  'and the job as eat_frame does (finished)');
+
+-- ------------------------------------------- tasks a dependency still holds
+
+/* layer b waits for layer a: retried tasks of b are depend, not waiting; a's tasks wait */
+SELECT frameq.submit($${"show": "t65show", "name": "t65-deps", "paused": true, "layers": [
+	{"name": "a", "command": "c", "range": "1-2"},
+	{"name": "b", "command": "c", "range": "1-3", "after": ["a"]}]}$$) AS deps \gset
+SELECT is(frameq.kill_frames(:deps), 5, 'kill_frames of a job with a dependency kills its 2 waiting and 3 depend tasks');
+SELECT is(frameq.retry_frames(:deps, 'b'), 3, 'retry_frames of layer b acts on its 3 dead tasks');
+SELECT is((SELECT string_agg(f.state, ',' ORDER BY f.number) FROM frameq.frame f JOIN frameq.layer l ON l.id = f.layer
+			WHERE f.job = :deps AND l.name = 'b'), 'depend,depend,depend', 'they are held by the dependency: depend');
+SELECT is(frameq.retry_frames(:deps, 'a'), 2, 'retry_frames of layer a acts on its 2');
+SELECT is((SELECT string_agg(f.state, ',' ORDER BY f.number) FROM frameq.frame f JOIN frameq.layer l ON l.id = f.layer
+			WHERE f.job = :deps AND l.name = 'a'), 'waiting,waiting', 'they wait');
+SELECT is(check_count, 0, 'check() finds nothing wrong (every waiting task''s layer is queued)')
+  FROM (SELECT count(*)::int AS check_count FROM frameq.check()) c;
 
 -- ------------------------------------------------------------------ a killed job
 
