@@ -9,7 +9,7 @@
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(88);
+SELECT plan(91);
 
 SELECT * FROM fqtest.farm('t65', cores => '{2}', memory => '{8589934592}') \gset
 
@@ -186,6 +186,25 @@ SELECT is((SELECT string_agg(f.state, ',' ORDER BY f.number) FROM frameq.frame f
 			WHERE f.job = :deps AND l.name = 'a'), 'waiting,waiting', 'they wait');
 SELECT is(check_count, 0, 'check() finds nothing wrong (every waiting task''s layer is queued)')
   FROM (SELECT count(*)::int AS check_count FROM frameq.check()) c;
+
+/*
+ * The gate's memo ends with the bulk move: later in the same transaction,
+ * a task of the same layer released to waiting after depend_job raised
+ * the layer's count is held (depend), not let through.
+ */
+SELECT frameq.submit($${"show": "t65show", "name": "t65-memo", "max_retries": 3, "priority": 1000,
+	"layers": [{"name": "l", "command": "c", "range": "1-3"}]}$$) AS memo \gset
+SELECT frameq.submit($${"show": "t65show", "name": "t65-memo-pre", "paused": true,
+	"layers": [{"name": "l", "command": "c", "range": "1"}]}$$) AS memo_pre \gset
+SELECT proc AS memo_proc FROM frameq.reserve('t65-h1', :'tok1', :epoch1, 1) WHERE job = :memo \gset
+SELECT frameq.kill_frame(f.id, 'x') FROM frameq.frame f WHERE f.job = :memo AND f.state = 'waiting' \g /dev/null
+SELECT is(frameq.retry_frames(:memo), 2, 'retry_frames of the 2 dead tasks of a layer with one running');
+SELECT frameq.depend_job(:memo, :memo_pre) \g /dev/null
+SELECT is((SELECT count(*)::int FROM frameq.frame WHERE job = :memo AND state = 'depend'), 2,
+	'depend_job in the same transaction holds them');
+SELECT frameq.complete('t65-h1', :'tok1', :epoch1, :memo_proc, 1) \g /dev/null
+SELECT is((SELECT count(*)::int FROM frameq.frame WHERE job = :memo AND state = 'depend'), 3,
+	'and the running one, failed and released for a retry, is held too, not waiting');
 
 -- ------------------------------------------------------------------ a killed job
 
