@@ -27,6 +27,7 @@
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/rel.h"
@@ -382,6 +383,61 @@ queue_raised(int64 layer, int64 memory)
 		elog(ERROR, "frameq: queueing layer %lld failed", (long long) layer);
 }
 
+/*
+ * The gate's memo for a bulk move.  _move_frames makes many tasks waiting
+ * in one statement, most of them of the same layer; between its
+ * frameq._gate_memo(true) and (false) the gate reads each layer once.
+ * What it read holds for that whole window once the job's dispatch lock
+ * is held (in SHARE, for the transaction): the layer's count can be
+ * raised only by depend_job, which needs the lock in EXCLUSIVE, and
+ * nothing in the window runs it; the queue rows it found, or wrote, are
+ * kept by the lock (_queue_layers).  So a task of the layer last read,
+ * neither delayed nor raised, is let through as it is.  The memo holds
+ * only in the (sub)transaction that turned it on: an error inside the
+ * window cannot leave it to a later statement.
+ */
+static LocalTransactionId memo_lxid = InvalidLocalTransactionId;
+static SubTransactionId memo_subxid = InvalidSubTransactionId;
+static int64 memo_layer = 0;	/* layer ids start at 1 */
+
+static bool
+memo_active(void)
+{
+	return memo_lxid == MyProc->lxid && memo_subxid == GetCurrentSubTransactionId() &&
+		XactIsoLevel == XACT_READ_COMMITTED;
+}
+
+PG_FUNCTION_INFO_V1(frameq_gate_memo);
+
+/* frameq._gate_memo(on): open or close the window above */
+Datum
+frameq_gate_memo(PG_FUNCTION_ARGS)
+{
+	memo_layer = 0;
+	if (PG_GETARG_BOOL(0))
+	{
+		memo_lxid = MyProc->lxid;
+		memo_subxid = GetCurrentSubTransactionId();
+	}
+	else
+		memo_lxid = InvalidLocalTransactionId;
+	PG_RETURN_VOID();
+}
+
+/* a task neither delayed nor raised by an OOM retry: booked from its layer's row */
+static bool
+plain_task(HeapTuple row, TupleDesc desc)
+{
+	bool		isnull;
+	bool		unraised;
+
+	(void) row_value(row, desc, "not_before", &isnull);
+	if (!isnull)
+		return false;
+	(void) row_value_since(row, desc, "memory", &unraised);	/* 0.6.0 */
+	return unraised;
+}
+
 PG_FUNCTION_INFO_V1(frameq_frame_gate);
 
 /* BEFORE UPDATE trigger frame_gate (WHEN a task becomes waiting) */
@@ -407,6 +463,8 @@ frameq_frame_gate(PG_FUNCTION_ARGS)
 		return PointerGetDatum(held_back(row, desc));
 	job = DatumGetInt64(row_value(row, desc, "job", &isnull));
 	layer = DatumGetInt64(row_value(row, desc, "layer", &isnull));
+	if (layer == memo_layer && memo_active() && plain_task(row, desc))
+		return PointerGetDatum(row);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "frameq: SPI_connect failed");
@@ -435,8 +493,14 @@ frameq_frame_gate(PG_FUNCTION_ARGS)
 
 		if (!unraised)
 			queue_raised(layer, DatumGetInt64(memory));
-		else if (!queued)
-			queue_layer(layer);
+		else
+		{
+			if (!queued)
+				queue_layer(layer);
+			/* read under the lock, and queued: the memo may keep it */
+			if (held && memo_active())
+				memo_layer = layer;
+		}
 	}
 	SPI_finish();
 	return PointerGetDatum(row);

@@ -115,6 +115,12 @@ extern void resources_detect(struct resources *r);
  */
 #define FRAMEQ_REPORTS "0.5.0"
 
+/*
+ * What frameq 0.6.0 added: report_log(), where each render's output is
+ * (this machine's name and the log file), told at the render's start.
+ */
+#define FRAMEQ_RUN_LOG "0.6.0"
+
 struct pg_result;
 
 extern bool db_connected(void);

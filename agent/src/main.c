@@ -55,7 +55,8 @@
  * 0.5.0 (FRAMEQ_REPORTS) heartbeats carry a report on each render (its idle
  * time, last output line and progress), complete() says whether a render
  * was an OOM, and bookings carry a progress pattern; older ones get the
- * calls as before.
+ * calls as before.  From 0.6.0 (FRAMEQ_RUN_LOG) the agent tells, as it
+ * starts renders, where each one's output goes (report_log).
  *
  * Memory: each supervisor measures its render's tree and kills it when it
  * uses more than its booking plus the host's unbooked memory
@@ -141,6 +142,9 @@ static bool version_refused;
 
 /* the database's frameq is FRAMEQ_REPORTS or later (read with its version) */
 static bool speaks_reports;
+
+/* ... and FRAMEQ_RUN_LOG or later */
+static bool speaks_run_log;
 
 /* where render cgroups go ("" none: memory is measured through /proc) */
 static char cgroup_base[PATH_MAX];
@@ -437,15 +441,18 @@ extension_spoken(void)
 				 db_database(), found, FRAMEQ_OLDEST, FRAMEQ_NEWEST, found);
 	else
 	{
-		long		reports[3];
+		long		reports[3],
+					run_log[3];
 
-		if (!parse_version(FRAMEQ_REPORTS, reports))
+		if (!parse_version(FRAMEQ_REPORTS, reports) || !parse_version(FRAMEQ_RUN_LOG, run_log))
 			abort();
 		speaks_reports = version_cmp(v, reports) >= 0;
+		speaks_run_log = version_cmp(v, run_log) >= 0;
 		return true;
 	}
 
 	speaks_reports = false;
+	speaks_run_log = false;
 	log_event("version-refused", "agent=%s frameq=%s speaks=%s-%s exit_status=%d message=\"%s\"",
 			  AGENT_VERSION, found[0] ? log_clean(found) : "none", FRAMEQ_OLDEST, FRAMEQ_NEWEST,
 			  EXIT_VERSION, log_clean(msg));
@@ -770,13 +777,113 @@ bookings_from_answer(struct pg_result *res, int *nb)
 	return bs;
 }
 
+/* append s to the array literal being built in buf, quoted */
+static void
+array_add(char **buf, size_t *len, size_t *cap, const char *s)
+{
+	/* a separator, two quotes, an escape per character, the closing brace, NUL */
+	size_t		need = *len + 2 * strlen(s) + 5;
+
+	if (need > *cap)
+	{
+		*cap = need * 2;
+		*buf = realloc(*buf, *cap);
+		if (!*buf)
+			abort();
+	}
+	(*buf)[*len] = *len == 0 ? '{' : ',';
+	(*len)++;
+	(*buf)[(*len)++] = '"';
+	for (; *s; s++)
+	{
+		if (*s == '"' || *s == '\\')
+			(*buf)[(*len)++] = '\\';
+		(*buf)[(*len)++] = *s;
+	}
+	(*buf)[(*len)++] = '"';
+	(*buf)[*len] = '\0';
+}
+
+/*
+ * Tell the server where the renders just started write their output
+ * (FRAMEQ_RUN_LOG on): "<this machine's name>:<its log file>", in one
+ * call for all of them.  Only a help for finding a log: a failure is
+ * logged and otherwise ignored (the next heartbeat deals with a lease that
+ * is over), and a report that would be too long is not sent.
+ */
+static void
+report_logs(const struct booking *bs, const bool *started, int nb)
+{
+	char		machine[256],
+				dir[PATH_MAX],
+				path[PATH_MAX],
+				entry[PATH_MAX + 300],
+				ep[32],
+				num[32];
+	char	   *procs = NULL,
+			   *logs = NULL;
+	size_t		plen = 0,
+				pcap = 0,
+				llen = 0,
+				lcap = 0;
+	const char *params[5];
+	struct pg_result *res;
+
+	if (!speaks_run_log || !db_connected())
+		return;
+	if (gethostname(machine, sizeof(machine)) != 0)
+		snprintf(machine, sizeof(machine), "%s", cfg.host);
+	machine[sizeof(machine) - 1] = '\0';
+	/* a relative log dir is the supervisors': they open it from the work dir */
+	if (cfg.log_dir[0] == '/')
+		snprintf(path, sizeof(path), "%s", cfg.log_dir);
+	else
+		snprintf(path, sizeof(path), "%s/%s", cfg.work_dir, cfg.log_dir);
+	if (!realpath(path, dir))
+		snprintf(dir, sizeof(dir), "%s", path);
+	for (int j = 0; j < nb; j++)
+	{
+		if (!started[j])
+			continue;
+		output_log_path(path, sizeof(path), dir, &bs[j]);
+		snprintf(entry, sizeof(entry), "%s:%s", machine, path);
+		if (strlen(entry) > 1024)
+			continue;
+		snprintf(num, sizeof(num), "%" PRId64, bs[j].proc);
+		array_add(&procs, &plen, &pcap, num);
+		array_add(&logs, &llen, &lcap, entry);
+	}
+	if (!procs)
+		return;
+	strcat(procs, "}");
+	strcat(logs, "}");
+	snprintf(ep, sizeof(ep), "%" PRId64, epoch);
+	params[0] = cfg.host;
+	params[1] = token;
+	params[2] = ep;
+	params[3] = procs;
+	params[4] = logs;
+	res = db_exec("SELECT count(*) FILTER (WHERE frameq.report_log($1, $2, $3::bigint, x.proc, x.log)) "
+				  "FROM unnest($4::bigint[], $5::text[]) AS x(proc, log)",
+				  5, params, call_timeout_ms(), NULL);
+	if (res && !db_ok(res))
+		log_event("log-report-failed", "epoch=%" PRId64 " sqlstate=%s error=\"%s\"",
+				  epoch, db_sqlstate(res), db_error(res));
+	db_clear(res);
+	free(procs);
+	free(logs);
+}
+
 /*
  * Start each booking under a supervisor, with the deadline of the last
- * renewal: the bookings were made under the lease it holds.
+ * renewal: the bookings were made under the lease it holds; then say
+ * where their output goes.
  */
 static void
 launch_bookings(struct booking *bs, int nb)
 {
+	bool	   *started = calloc((size_t) (nb > 0 ? nb : 1), sizeof(bool));
+
 	for (int j = 0; j < nb; j++)
 	{
 		struct booking *b = &bs[j];
@@ -794,11 +901,13 @@ launch_bookings(struct booking *bs, int nb)
 		log_event("booked", "proc=%" PRId64 " frame=%" PRId64 " job=%" PRId64 " layer=%" PRId64 " frame_number=%d cores=%s memory=%" PRId64 " gpus=%d epoch=%" PRId64,
 				  b->proc, b->frame, b->job, b->layer, b->frame_number, b->cores,
 				  b->memory, b->gpus, epoch);
-		runs_launch(&l, lease_deadline);
+		started[j] = runs_launch(&l, lease_deadline) != NULL;
 		for (int k = 0; k < b->nenv; k++)
 			free(b->env[k]);
 		free(b->env);
 	}
+	report_logs(bs, started, nb);
+	free(started);
 }
 
 /*

@@ -193,6 +193,82 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 							  AND f.memory IS NOT NULL))))
 $$;
 
+CREATE FUNCTION frameq.report_log(host text, token text, epoch bigint, proc bigint, log text)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = 0 AS $$
+DECLARE
+	host_id int := frameq._authenticate(host, token);
+BEGIN
+	PERFORM frameq._not_null(epoch, 'epoch');
+	PERFORM frameq._not_null(proc, 'proc');
+	PERFORM frameq._bounded(frameq._not_null(log, 'log'), 'log', 1024);
+	IF log = '' THEN
+		RAISE EXCEPTION 'log must not be empty' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	PERFORM frameq._check_lease(host_id, host, epoch);
+	/* the run's row is locked by nothing but its own release: wait at most frameq.lock_wait */
+	PERFORM frameq._bound_lock_waits();
+	UPDATE frameq.run r SET log = report_log.log
+	 WHERE r.proc = report_log.proc AND r.host = host_id AND r.epoch = report_log.epoch
+	   AND r.ended_at IS NULL;
+	RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION frameq._move_frames(tasks bigint[], from_states text[], target text)
+RETURNS bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	jobs bigint[];
+	layers bigint[];
+	lows int[];
+	bookable bigint[];
+	moved bigint[];
+	j bigint;
+BEGIN
+	/* the gate reads each layer once for the whole statement (src/depends.c) */
+	PERFORM frameq._gate_memo(true);
+	WITH m AS (
+		UPDATE frameq.frame x SET state = target, version = x.version + 1,
+			   retries = CASE WHEN target = 'waiting' THEN 0 ELSE x.retries END,
+			   requeues = CASE WHEN target = 'waiting' THEN 0 ELSE x.requeues END,
+			   not_before = NULL, dead_reason = NULL
+		 WHERE x.id = ANY (tasks) AND x.state = ANY (from_states)
+		RETURNING x.job, x.layer, x.number, x.state),
+	g AS (
+		SELECT m.job, m.layer, min(m.number) AS low,
+			   count(*) FILTER (WHERE m.state = 'waiting') AS bookable, count(*) AS moved
+		  FROM m GROUP BY m.job, m.layer)
+	SELECT array_agg(g.job ORDER BY g.job, g.layer), array_agg(g.layer ORDER BY g.job, g.layer),
+		   array_agg(g.low ORDER BY g.job, g.layer), array_agg(g.bookable ORDER BY g.job, g.layer),
+		   array_agg(g.moved ORDER BY g.job, g.layer)
+	  INTO jobs, layers, lows, bookable, moved
+	  FROM g;
+	PERFORM frameq._gate_memo(false);
+	IF jobs IS NULL THEN
+		RETURN 0;
+	END IF;
+	IF target = 'waiting' THEN
+		PERFORM frameq._frame_waiting(layers[i], lows[i]) FROM generate_subscripts(layers, 1) i;
+		UPDATE frameq.job x SET state = 'active', finished_at = NULL
+		 WHERE x.id = ANY (jobs) AND x.state = 'finished';
+		PERFORM frameq._announce_ready(jobs[i], layers[i], bookable[i])
+		   FROM generate_subscripts(layers, 1) i WHERE bookable[i] > 0;
+	ELSE
+		FOR j IN SELECT DISTINCT u FROM unnest(jobs) u ORDER BY u LOOP
+			/*
+			 * A completion in flight may have seen these tasks still live
+			 * and left the job open: wait for every one of them (a release
+			 * deletes its proc row, which our KEY SHARE lock waits for)
+			 * before deciding whether the job is finished.
+			 */
+			PERFORM 1 FROM frameq.proc x WHERE x.job = j FOR KEY SHARE;
+			PERFORM frameq._finish_job_if_done(j);
+		END LOOP;
+	END IF;
+	RETURN (SELECT sum(u) FROM unnest(moved) u);
+END
+$$;
+
 CREATE OR REPLACE FUNCTION frameq._frame_action(frame bigint, reason text, want text, from_states text[],
 									 target text)
 RETURNS text LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -205,37 +281,7 @@ BEGIN
 		IF FOUND AND frameq._kill_order(p, reason, want) THEN
 			RETURN 'kill order';
 		END IF;
-		/*
-		 * An operator's retry of a finished frame gives it its retries and
-		 * requeues back; every move here ends a delay (frame.not_before)
-		 * and forgets why a dead task was dead (the memory an OOM raised
-		 * it to stays its requirement).
-		 */
-		UPDATE frameq.frame x SET state = target, version = x.version + 1,
-			   retries = CASE WHEN target = 'waiting' THEN 0 ELSE x.retries END,
-			   requeues = CASE WHEN target = 'waiting' THEN 0 ELSE x.requeues END,
-			   not_before = NULL, dead_reason = NULL
-		 WHERE x.id = _frame_action.frame AND x.state = ANY (from_states)
-		RETURNING * INTO f;
-		IF FOUND THEN
-			IF target = 'waiting' THEN
-				PERFORM frameq._frame_waiting(f.layer, f.number);
-				UPDATE frameq.job j SET state = 'active', finished_at = NULL
-				 WHERE j.id = f.job AND j.state = 'finished';
-				IF f.state = 'waiting' AND EXISTS (SELECT 1 FROM frameq.job j
-													WHERE j.id = f.job AND j.state = 'active') THEN
-					PERFORM frameq._announce_ready(f.job, f.layer, 1);
-				END IF;
-			ELSE
-				/*
-				 * A completion in flight may have seen this frame still
-				 * waiting and left the job open: wait for every one of them
-				 * (a release deletes its proc row, which our KEY SHARE lock
-				 * waits for) before deciding whether the job is finished.
-				 */
-				PERFORM 1 FROM frameq.proc x WHERE x.job = f.job FOR KEY SHARE;
-				PERFORM frameq._finish_job_if_done(f.job);
-			END IF;
+		IF frameq._move_frames(ARRAY[frame], from_states, target) > 0 THEN
 			RETURN target;
 		END IF;
 		SELECT * INTO f FROM frameq.frame x WHERE x.id = _frame_action.frame;
@@ -248,6 +294,181 @@ BEGIN
 		/* running but its proc went away between our looks: look again */
 	END LOOP;
 	RAISE EXCEPTION 'frame % kept changing state', frame USING ERRCODE = 'lock_not_available';
+END
+$$;
+
+CREATE FUNCTION frameq._bulk_layer(job bigint, layer text) RETURNS bigint
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	layer_id bigint;
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = _bulk_layer.job) THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	IF layer IS NOT NULL THEN
+		SELECT l.id INTO layer_id FROM frameq.layer l
+		 WHERE l.job = _bulk_layer.job AND l.name = frameq._bounded(layer, 'layer', 100);
+		IF NOT FOUND THEN
+			RAISE EXCEPTION 'job % has no layer "%"', job, frameq._clip(layer)
+				USING ERRCODE = 'undefined_object';
+		END IF;
+	END IF;
+	RETURN layer_id;
+END
+$$;
+
+CREATE FUNCTION frameq._bulk_states(states text[], allowed text[], action text) RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	s text;
+BEGIN
+	PERFORM frameq._not_null(states, 'states');
+	IF cardinality(states) > 10 THEN
+		PERFORM frameq._too_big('states', pg_catalog.format('%s elements, at most 10', cardinality(states)));
+	END IF;
+	IF cardinality(states) = 0 THEN
+		RAISE EXCEPTION 'states must not be empty' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	FOREACH s IN ARRAY states LOOP
+		IF s IS NULL THEN
+			RAISE EXCEPTION 'states must not contain null' USING ERRCODE = 'null_value_not_allowed';
+		END IF;
+		IF s <> ALL (allowed) THEN
+			RAISE EXCEPTION 'states: % does not act on "%" tasks', action, frameq._clip(s)
+				USING ERRCODE = 'invalid_parameter_value',
+					  HINT = pg_catalog.format('It acts on %s.', array_to_string(allowed, ', '));
+		END IF;
+	END LOOP;
+	RETURN states;
+END
+$$;
+
+CREATE FUNCTION frameq._bulk_tasks(job bigint, layer bigint, states text[]) RETURNS bigint[]
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT ARRAY(
+		SELECT x.id FROM frameq.frame x
+		 WHERE 'dead' = ANY (states) AND x.job = $1 AND x.state = 'dead'
+		   AND ($2 IS NULL OR x.layer = $2)
+		UNION ALL
+		SELECT x.id FROM frameq.frame x
+		 WHERE 'waiting' = ANY (states) AND x.job = $1 AND x.state = 'waiting'
+		   AND ($2 IS NULL OR x.layer = $2)
+		UNION ALL
+		SELECT x.id FROM frameq.frame x
+		 WHERE 'depend' = ANY (states) AND x.job = $1 AND x.state = 'depend'
+		   AND ($2 IS NULL OR x.layer = $2)
+		UNION ALL
+		SELECT x.id FROM frameq.layer l JOIN frameq.frame x ON x.layer = l.id
+		 WHERE ('succeeded' = ANY (states) OR 'eaten' = ANY (states))
+		   AND l.job = $1 AND ($2 IS NULL OR l.id = $2)
+		   AND x.state IN ('succeeded', 'eaten') AND x.state = ANY (states))
+$$;
+
+CREATE FUNCTION frameq._bulk_kill_orders(job bigint, layer bigint, reason text, want text)
+RETURNS bigint LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	SELECT count(*) FROM (
+		SELECT frameq._kill_order(p.id, $3, $4) AS done
+		  FROM frameq.frame x JOIN frameq.proc p ON p.frame = x.id
+		 WHERE x.job = $1 AND x.state = 'running' AND ($2 IS NULL OR x.layer = $2)
+		 ORDER BY p.id) k
+	 WHERE k.done
+$$;
+
+CREATE FUNCTION frameq.retry_frames(job bigint, layer text DEFAULT NULL,
+									states text[] DEFAULT '{dead}') RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	layer_id bigint;
+	n bigint := 0;
+BEGIN
+	PERFORM frameq._authorize_job(frameq._not_null(retry_frames.job, 'job'));
+	layer_id := frameq._bulk_layer(retry_frames.job, retry_frames.layer);
+	PERFORM frameq._bulk_states(states, ARRAY['dead', 'eaten', 'succeeded', 'running', 'waiting',
+											  'depend'], 'retry_frames');
+	IF 'running' = ANY (states) THEN
+		n := frameq._bulk_kill_orders(retry_frames.job, layer_id, 'retried by operator', 'waiting');
+	END IF;
+	/* as retry_frame: neither kill_job nor a completion finishing the job passes unseen */
+	PERFORM 1 FROM frameq.job j WHERE j.id = retry_frames.job FOR SHARE;
+	IF EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = retry_frames.job AND j.state = 'killed') THEN
+		RAISE EXCEPTION 'job % is killed: its tasks cannot run again', job
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	IF 'waiting' = ANY (states) OR 'depend' = ANY (states) THEN
+		n := n + frameq._end_delay(frameq._bulk_tasks(retry_frames.job, layer_id,
+													  ARRAY(SELECT s FROM unnest(states) s
+															 WHERE s IN ('waiting', 'depend'))));
+	END IF;
+	n := n + frameq._move_frames(frameq._bulk_tasks(retry_frames.job, layer_id,
+													ARRAY(SELECT s FROM unnest(states) s
+														   WHERE s IN ('succeeded', 'dead', 'eaten'))),
+								 ARRAY['succeeded', 'dead', 'eaten'], 'waiting');
+	RETURN n;
+END
+$$;
+
+CREATE FUNCTION frameq.eat_frames(job bigint, layer text DEFAULT NULL,
+								  states text[] DEFAULT '{dead}') RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	layer_id bigint;
+	n bigint;
+BEGIN
+	PERFORM frameq._authorize_job(frameq._not_null(eat_frames.job, 'job'));
+	layer_id := frameq._bulk_layer(eat_frames.job, eat_frames.layer);
+	PERFORM frameq._bulk_states(states, ARRAY['dead', 'waiting', 'depend', 'running'], 'eat_frames');
+	/*
+	 * The tasks first, then the kill orders: a waiting task booked meanwhile
+	 * is skipped by the move (its row is running once locked) and is then
+	 * found running.
+	 */
+	n := frameq._move_frames(frameq._bulk_tasks(eat_frames.job, layer_id,
+												ARRAY(SELECT s FROM unnest(states) s
+													   WHERE s IN ('waiting', 'depend', 'dead'))),
+							 ARRAY['waiting', 'depend', 'dead'], 'eaten');
+	IF 'running' = ANY (states) THEN
+		n := n + frameq._bulk_kill_orders(eat_frames.job, layer_id, 'eaten by operator', 'eaten');
+	END IF;
+	RETURN n;
+END
+$$;
+
+CREATE FUNCTION frameq.kill_frames(job bigint, layer text DEFAULT NULL, reason text DEFAULT NULL)
+RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	layer_id bigint;
+	n bigint;
+BEGIN
+	PERFORM frameq._authorize_job(frameq._not_null(kill_frames.job, 'job'));
+	layer_id := frameq._bulk_layer(kill_frames.job, kill_frames.layer);
+	reason := frameq._reason(coalesce(reason, 'killed by operator'));
+	/* as eat_frames: the tasks first, then the kill orders */
+	n := frameq._move_frames(frameq._bulk_tasks(kill_frames.job, layer_id, ARRAY['waiting', 'depend']),
+							 ARRAY['waiting', 'depend'], 'dead');
+	RETURN n + frameq._bulk_kill_orders(kill_frames.job, layer_id, reason, 'dead');
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.set_host_state(host text, state text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	h frameq.host;
+BEGIN
+	IF state IS NULL OR state NOT IN ('up', 'down', 'repair', 'drain') THEN
+		RAISE EXCEPTION 'state must be up, down, repair or drain, not %', coalesce(frameq._clip(state), 'null')
+			USING ERRCODE = CASE WHEN state IS NULL THEN 'null_value_not_allowed'
+								 ELSE 'invalid_parameter_value' END;
+	END IF;
+	h := frameq._host_lock_by_name(host);
+	IF state IN ('down', 'repair') THEN
+		/* its work is ordered killed; the frames stay held until that is confirmed */
+		PERFORM frameq._kill_order(x.id, pg_catalog.format('host set %s', set_host_state.state), 'waiting')
+		   FROM frameq.proc x WHERE x.host = h.id AND x.state = 'running';
+	END IF;
+	UPDATE frameq.host x SET state = set_host_state.state,
+		   down_reason = CASE WHEN set_host_state.state = 'up' THEN NULL ELSE 'operator' END
+	 WHERE x.id = h.id;
 END
 $$;
 
@@ -265,6 +486,10 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 	   AND EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = _announce_job_ready.job AND j.state = 'active')
 	 ORDER BY l.id
 $$;
+
+CREATE FUNCTION frameq._gate_memo(on_ bool) RETURNS void
+	AS 'MODULE_PATHNAME', 'frameq_gate_memo' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
 
 CREATE OR REPLACE VIEW frameq.frames AS
 SELECT f.id AS frame, f.job, f.layer, f.number AS frame_number, f.state, f.retries,
@@ -297,7 +522,7 @@ SELECT j.id AS job, j.name, j.state,
 CREATE OR REPLACE VIEW frameq.runs AS
 SELECT r.proc, r.frame, r.job, h.name AS host, r.epoch, r.started_at, r.ended_at,
 	   r.exit_status, r.exit_signal, r.max_rss, r.reason, r.kill_reason, r.end_state,
-	   (r.cores_cc / 100.0)::numeric(12,2) AS cores, r.memory
+	   (r.cores_cc / 100.0)::numeric(12,2) AS cores, r.memory, r.log
   FROM frameq.run r
   JOIN frameq.host h ON h.id = r.host;
 
@@ -630,5 +855,15 @@ REVOKE ALL ON FUNCTION
 	frameq._largest_host_memory(bigint),
 	frameq._queue_layers(bigint[], bigint, bigint),
 	frameq._layer_has_waiting(bigint),
-	frameq._row_has_waiting(bigint, bigint)
+	frameq._row_has_waiting(bigint, bigint),
+	frameq.report_log(text, text, bigint, bigint, text),
+	frameq._move_frames(bigint[], text[], text),
+	frameq._bulk_layer(bigint, text),
+	frameq._bulk_states(text[], text[], text),
+	frameq._bulk_tasks(bigint, bigint, text[]),
+	frameq._bulk_kill_orders(bigint, bigint, text, text),
+	frameq.retry_frames(bigint, text, text[]),
+	frameq.eat_frames(bigint, text, text[]),
+	frameq.kill_frames(bigint, text, text),
+	frameq._gate_memo(bool)
 	FROM PUBLIC;

@@ -238,6 +238,38 @@ BEGIN
 END
 $$;
 
+/*
+ * Where a render's output is: its agent tells, when the render starts,
+ * "agent host:path" (at most 1024 characters), kept as the run's log
+ * (frameq.runs).  Fenced like heartbeat (token, then FQ001/FQ002 for an
+ * epoch that is not the host's current one or a lease that is over), but
+ * without the host lock, so that it never waits for or holds up a booking
+ * of the host; it writes only a run of this host booked under this epoch
+ * and not yet ended (true), anything else is left alone (false).  A later
+ * report replaces an earlier one.
+ */
+CREATE FUNCTION frameq.report_log(host text, token text, epoch bigint, proc bigint, log text)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = 0 AS $$
+DECLARE
+	host_id int := frameq._authenticate(host, token);
+BEGIN
+	PERFORM frameq._not_null(epoch, 'epoch');
+	PERFORM frameq._not_null(proc, 'proc');
+	PERFORM frameq._bounded(frameq._not_null(log, 'log'), 'log', 1024);
+	IF log = '' THEN
+		RAISE EXCEPTION 'log must not be empty' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	PERFORM frameq._check_lease(host_id, host, epoch);
+	/* the run's row is locked by nothing but its own release: wait at most frameq.lock_wait */
+	PERFORM frameq._bound_lock_waits();
+	UPDATE frameq.run r SET log = report_log.log
+	 WHERE r.proc = report_log.proc AND r.host = host_id AND r.epoch = report_log.epoch
+	   AND r.ended_at IS NULL;
+	RETURN FOUND;
+END
+$$;
+
 /* book up to max_frames waiting frames onto the host (src/booking.c) */
 CREATE FUNCTION frameq.reserve(host text, token text, epoch bigint,
 							   max_frames int DEFAULT NULL)

@@ -342,6 +342,13 @@ CREATE TRIGGER job_prereq_done AFTER UPDATE OF state ON frameq.job
 CREATE FUNCTION frameq._frame_gate() RETURNS trigger
 	AS 'MODULE_PATHNAME', 'frameq_frame_gate' LANGUAGE C
 	SET search_path = pg_catalog, pg_temp;
+/*
+ * A bulk move (_move_frames) opens and closes a window in which the gate
+ * reads each layer once (src/depends.c, the gate's memo).
+ */
+CREATE FUNCTION frameq._gate_memo(on_ bool) RETURNS void
+	AS 'MODULE_PATHNAME', 'frameq_gate_memo' LANGUAGE C VOLATILE STRICT
+	SET search_path = pg_catalog, pg_temp;
 CREATE TRIGGER frame_gate BEFORE UPDATE OF state ON frameq.frame
 	FOR EACH ROW WHEN (NEW.state = 'waiting' AND OLD.state IS DISTINCT FROM 'waiting')
 	EXECUTE FUNCTION frameq._frame_gate();

@@ -71,3 +71,8 @@ GRANT EXECUTE ON FUNCTION frameq.check(), frameq.ledger(), frameq.worker_status(
 GRANT SELECT ON frameq.frames, frameq.job_progress, frameq.usage, frameq.hosts, frameq.runs,
 	frameq.show_grants, frameq.dispatch_parked, frameq.depends, frameq.job_host_blocks
 	TO frameq_reader;
+/* bulk actions (operator.sql) and where a run's output is (agent.sql) */
+GRANT EXECUTE ON FUNCTION frameq.retry_frames(bigint, text, text[]),
+	frameq.eat_frames(bigint, text, text[]), frameq.kill_frames(bigint, text, text)
+	TO frameq_admin, frameq_submit;
+GRANT EXECUTE ON FUNCTION frameq.report_log(text, text, bigint, bigint, text) TO frameq_agent;

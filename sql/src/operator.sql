@@ -29,10 +29,78 @@ END
 $$;
 
 /*
+ * Move these tasks, those of them still in one of from_states, to target
+ * at once: the one owner of what such a move does, for one task
+ * (_frame_action) or many (the bulk actions below), in one statement.
+ * Running tasks are never in from_states: they get kill orders instead.
+ * An operator's retry of a finished task gives it its retries and
+ * requeues back; every move ends a delay (frame.not_before) and forgets
+ * why a dead task was dead (the memory an OOM raised it to stays its
+ * requirement).  A task made waiting lowers its layer's dispatch hint
+ * and reopens its finished job (the gate, frame_gate, queues its layer);
+ * each layer's bookable tasks are announced once.  A task ended
+ * otherwise may finish its job.  Returns how many moved.
+ */
+CREATE FUNCTION frameq._move_frames(tasks bigint[], from_states text[], target text)
+RETURNS bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	jobs bigint[];
+	layers bigint[];
+	lows int[];
+	bookable bigint[];
+	moved bigint[];
+	j bigint;
+BEGIN
+	/* the gate reads each layer once for the whole statement (src/depends.c) */
+	PERFORM frameq._gate_memo(true);
+	WITH m AS (
+		UPDATE frameq.frame x SET state = target, version = x.version + 1,
+			   retries = CASE WHEN target = 'waiting' THEN 0 ELSE x.retries END,
+			   requeues = CASE WHEN target = 'waiting' THEN 0 ELSE x.requeues END,
+			   not_before = NULL, dead_reason = NULL
+		 WHERE x.id = ANY (tasks) AND x.state = ANY (from_states)
+		RETURNING x.job, x.layer, x.number, x.state),
+	g AS (
+		SELECT m.job, m.layer, min(m.number) AS low,
+			   count(*) FILTER (WHERE m.state = 'waiting') AS bookable, count(*) AS moved
+		  FROM m GROUP BY m.job, m.layer)
+	SELECT array_agg(g.job ORDER BY g.job, g.layer), array_agg(g.layer ORDER BY g.job, g.layer),
+		   array_agg(g.low ORDER BY g.job, g.layer), array_agg(g.bookable ORDER BY g.job, g.layer),
+		   array_agg(g.moved ORDER BY g.job, g.layer)
+	  INTO jobs, layers, lows, bookable, moved
+	  FROM g;
+	PERFORM frameq._gate_memo(false);
+	IF jobs IS NULL THEN
+		RETURN 0;
+	END IF;
+	IF target = 'waiting' THEN
+		PERFORM frameq._frame_waiting(layers[i], lows[i]) FROM generate_subscripts(layers, 1) i;
+		UPDATE frameq.job x SET state = 'active', finished_at = NULL
+		 WHERE x.id = ANY (jobs) AND x.state = 'finished';
+		PERFORM frameq._announce_ready(jobs[i], layers[i], bookable[i])
+		   FROM generate_subscripts(layers, 1) i WHERE bookable[i] > 0;
+	ELSE
+		FOR j IN SELECT DISTINCT u FROM unnest(jobs) u ORDER BY u LOOP
+			/*
+			 * A completion in flight may have seen these tasks still live
+			 * and left the job open: wait for every one of them (a release
+			 * deletes its proc row, which our KEY SHARE lock waits for)
+			 * before deciding whether the job is finished.
+			 */
+			PERFORM 1 FROM frameq.proc x WHERE x.job = j FOR KEY SHARE;
+			PERFORM frameq._finish_job_if_done(j);
+		END LOOP;
+	END IF;
+	RETURN (SELECT sum(u) FROM unnest(moved) u);
+END
+$$;
+
+/*
  * Act on one frame: order its proc killed if it is running, or move it from
- * one of the states in "from" to "target" at once.  Lock order is the one
- * complete() uses (proc row, then frame row); a frame booked or released
- * between the two looks is looked at again.  Returns what was done.
+ * one of the states in "from" to "target" at once (_move_frames).  Lock
+ * order is the one complete() uses (proc row, then frame row); a frame
+ * booked or released between the two looks is looked at again.  Returns
+ * what was done.
  */
 CREATE FUNCTION frameq._frame_action(frame bigint, reason text, want text, from_states text[],
 									 target text)
@@ -46,37 +114,7 @@ BEGIN
 		IF FOUND AND frameq._kill_order(p, reason, want) THEN
 			RETURN 'kill order';
 		END IF;
-		/*
-		 * An operator's retry of a finished frame gives it its retries and
-		 * requeues back; every move here ends a delay (frame.not_before)
-		 * and forgets why a dead task was dead (the memory an OOM raised
-		 * it to stays its requirement).
-		 */
-		UPDATE frameq.frame x SET state = target, version = x.version + 1,
-			   retries = CASE WHEN target = 'waiting' THEN 0 ELSE x.retries END,
-			   requeues = CASE WHEN target = 'waiting' THEN 0 ELSE x.requeues END,
-			   not_before = NULL, dead_reason = NULL
-		 WHERE x.id = _frame_action.frame AND x.state = ANY (from_states)
-		RETURNING * INTO f;
-		IF FOUND THEN
-			IF target = 'waiting' THEN
-				PERFORM frameq._frame_waiting(f.layer, f.number);
-				UPDATE frameq.job j SET state = 'active', finished_at = NULL
-				 WHERE j.id = f.job AND j.state = 'finished';
-				IF f.state = 'waiting' AND EXISTS (SELECT 1 FROM frameq.job j
-													WHERE j.id = f.job AND j.state = 'active') THEN
-					PERFORM frameq._announce_ready(f.job, f.layer, 1);
-				END IF;
-			ELSE
-				/*
-				 * A completion in flight may have seen this frame still
-				 * waiting and left the job open: wait for every one of them
-				 * (a release deletes its proc row, which our KEY SHARE lock
-				 * waits for) before deciding whether the job is finished.
-				 */
-				PERFORM 1 FROM frameq.proc x WHERE x.job = f.job FOR KEY SHARE;
-				PERFORM frameq._finish_job_if_done(f.job);
-			END IF;
+		IF frameq._move_frames(ARRAY[frame], from_states, target) > 0 THEN
 			RETURN target;
 		END IF;
 		SELECT * INTO f FROM frameq.frame x WHERE x.id = _frame_action.frame;
@@ -177,6 +215,203 @@ BEGIN
 END
 $$;
 
+/*
+ * ---------------------------------------------------------------------
+ * Bulk actions: retry_frames, eat_frames, kill_frames act on every task of
+ * a job (or of one of its layers) in the given states, in one
+ * transaction, each task exactly as the single-frame action would
+ * (_move_frames and _kill_order own what that is).  Their cost is that of
+ * the tasks acted on: the tasks are found through frame_dead and
+ * frame_live, and moved in one statement (succeeded and eaten tasks,
+ * which no index lists, are found through the layers' frame numbers).
+ * A task that changes state while the statement runs (a completion, a
+ * booking) is acted on as the state it is found in when its row is
+ * locked: a completed frame is not retried unless it was asked for.
+ * ---------------------------------------------------------------------
+ */
+
+/* the job's layer of that name (NULL: the whole job), after checking the job: 42704 */
+CREATE FUNCTION frameq._bulk_layer(job bigint, layer text) RETURNS bigint
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	layer_id bigint;
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = _bulk_layer.job) THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	IF layer IS NOT NULL THEN
+		SELECT l.id INTO layer_id FROM frameq.layer l
+		 WHERE l.job = _bulk_layer.job AND l.name = frameq._bounded(layer, 'layer', 100);
+		IF NOT FOUND THEN
+			RAISE EXCEPTION 'job % has no layer "%"', job, frameq._clip(layer)
+				USING ERRCODE = 'undefined_object';
+		END IF;
+	END IF;
+	RETURN layer_id;
+END
+$$;
+
+/* states, checked: not null, not empty, each one the action acts on (22004, 22023, 54000) */
+CREATE FUNCTION frameq._bulk_states(states text[], allowed text[], action text) RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	s text;
+BEGIN
+	PERFORM frameq._not_null(states, 'states');
+	IF cardinality(states) > 10 THEN
+		PERFORM frameq._too_big('states', pg_catalog.format('%s elements, at most 10', cardinality(states)));
+	END IF;
+	IF cardinality(states) = 0 THEN
+		RAISE EXCEPTION 'states must not be empty' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	FOREACH s IN ARRAY states LOOP
+		IF s IS NULL THEN
+			RAISE EXCEPTION 'states must not contain null' USING ERRCODE = 'null_value_not_allowed';
+		END IF;
+		IF s <> ALL (allowed) THEN
+			RAISE EXCEPTION 'states: % does not act on "%" tasks', action, frameq._clip(s)
+				USING ERRCODE = 'invalid_parameter_value',
+					  HINT = pg_catalog.format('It acts on %s.', array_to_string(allowed, ', '));
+		END IF;
+	END LOOP;
+	RETURN states;
+END
+$$;
+
+/*
+ * The job's tasks (of one layer if layer is not NULL) in these states, but
+ * never running ones: each state is its own index condition (frame_dead,
+ * frame_live), so the plan reads only those tasks.
+ */
+CREATE FUNCTION frameq._bulk_tasks(job bigint, layer bigint, states text[]) RETURNS bigint[]
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT ARRAY(
+		SELECT x.id FROM frameq.frame x
+		 WHERE 'dead' = ANY (states) AND x.job = $1 AND x.state = 'dead'
+		   AND ($2 IS NULL OR x.layer = $2)
+		UNION ALL
+		SELECT x.id FROM frameq.frame x
+		 WHERE 'waiting' = ANY (states) AND x.job = $1 AND x.state = 'waiting'
+		   AND ($2 IS NULL OR x.layer = $2)
+		UNION ALL
+		SELECT x.id FROM frameq.frame x
+		 WHERE 'depend' = ANY (states) AND x.job = $1 AND x.state = 'depend'
+		   AND ($2 IS NULL OR x.layer = $2)
+		UNION ALL
+		SELECT x.id FROM frameq.layer l JOIN frameq.frame x ON x.layer = l.id
+		 WHERE ('succeeded' = ANY (states) OR 'eaten' = ANY (states))
+		   AND l.job = $1 AND ($2 IS NULL OR l.id = $2)
+		   AND x.state IN ('succeeded', 'eaten') AND x.state = ANY (states))
+$$;
+
+/*
+ * Kill orders for the job's running tasks (of one layer if layer is not
+ * NULL), each as _kill_order gives one; returns how many.
+ */
+CREATE FUNCTION frameq._bulk_kill_orders(job bigint, layer bigint, reason text, want text)
+RETURNS bigint LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	SELECT count(*) FROM (
+		SELECT frameq._kill_order(p.id, $3, $4) AS done
+		  FROM frameq.frame x JOIN frameq.proc p ON p.frame = x.id
+		 WHERE x.job = $1 AND x.state = 'running' AND ($2 IS NULL OR x.layer = $2)
+		 ORDER BY p.id) k
+	 WHERE k.done
+$$;
+
+/*
+ * Run the job's tasks in these states again, each as retry_frame would:
+ * succeeded, dead and eaten ones are waiting at once with their retries
+ * and requeues back, running ones get kill orders wanting waiting,
+ * delayed ones (waiting or depend with a requeue or retry delay) have
+ * their delay ended.  Returns how many tasks it acted on.
+ */
+CREATE FUNCTION frameq.retry_frames(job bigint, layer text DEFAULT NULL,
+									states text[] DEFAULT '{dead}') RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	layer_id bigint;
+	n bigint := 0;
+BEGIN
+	PERFORM frameq._authorize_job(frameq._not_null(retry_frames.job, 'job'));
+	layer_id := frameq._bulk_layer(retry_frames.job, retry_frames.layer);
+	PERFORM frameq._bulk_states(states, ARRAY['dead', 'eaten', 'succeeded', 'running', 'waiting',
+											  'depend'], 'retry_frames');
+	IF 'running' = ANY (states) THEN
+		n := frameq._bulk_kill_orders(retry_frames.job, layer_id, 'retried by operator', 'waiting');
+	END IF;
+	/* as retry_frame: neither kill_job nor a completion finishing the job passes unseen */
+	PERFORM 1 FROM frameq.job j WHERE j.id = retry_frames.job FOR SHARE;
+	IF EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = retry_frames.job AND j.state = 'killed') THEN
+		RAISE EXCEPTION 'job % is killed: its tasks cannot run again', job
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	IF 'waiting' = ANY (states) OR 'depend' = ANY (states) THEN
+		n := n + frameq._end_delay(frameq._bulk_tasks(retry_frames.job, layer_id,
+													  ARRAY(SELECT s FROM unnest(states) s
+															 WHERE s IN ('waiting', 'depend'))));
+	END IF;
+	n := n + frameq._move_frames(frameq._bulk_tasks(retry_frames.job, layer_id,
+													ARRAY(SELECT s FROM unnest(states) s
+														   WHERE s IN ('succeeded', 'dead', 'eaten'))),
+								 ARRAY['succeeded', 'dead', 'eaten'], 'waiting');
+	RETURN n;
+END
+$$;
+
+/*
+ * Give up on the job's tasks in these states, each as eat_frame would:
+ * waiting, depend and dead ones are eaten at once, running ones get kill
+ * orders wanting eaten.  Returns how many tasks it acted on.
+ */
+CREATE FUNCTION frameq.eat_frames(job bigint, layer text DEFAULT NULL,
+								  states text[] DEFAULT '{dead}') RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	layer_id bigint;
+	n bigint;
+BEGIN
+	PERFORM frameq._authorize_job(frameq._not_null(eat_frames.job, 'job'));
+	layer_id := frameq._bulk_layer(eat_frames.job, eat_frames.layer);
+	PERFORM frameq._bulk_states(states, ARRAY['dead', 'waiting', 'depend', 'running'], 'eat_frames');
+	/*
+	 * The tasks first, then the kill orders: a waiting task booked meanwhile
+	 * is skipped by the move (its row is running once locked) and is then
+	 * found running.
+	 */
+	n := frameq._move_frames(frameq._bulk_tasks(eat_frames.job, layer_id,
+												ARRAY(SELECT s FROM unnest(states) s
+													   WHERE s IN ('waiting', 'depend', 'dead'))),
+							 ARRAY['waiting', 'depend', 'dead'], 'eaten');
+	IF 'running' = ANY (states) THEN
+		n := n + frameq._bulk_kill_orders(eat_frames.job, layer_id, 'eaten by operator', 'eaten');
+	END IF;
+	RETURN n;
+END
+$$;
+
+/*
+ * Kill the job's live tasks, each as kill_frame would: waiting and depend
+ * ones are dead at once, running ones get kill orders wanting dead; the
+ * job itself stays as it is (kill_job ends it).  reason defaults to
+ * 'killed by operator'.  Returns how many tasks it acted on.
+ */
+CREATE FUNCTION frameq.kill_frames(job bigint, layer text DEFAULT NULL, reason text DEFAULT NULL)
+RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	layer_id bigint;
+	n bigint;
+BEGIN
+	PERFORM frameq._authorize_job(frameq._not_null(kill_frames.job, 'job'));
+	layer_id := frameq._bulk_layer(kill_frames.job, kill_frames.layer);
+	reason := frameq._reason(coalesce(reason, 'killed by operator'));
+	/* as eat_frames: the tasks first, then the kill orders */
+	n := frameq._move_frames(frameq._bulk_tasks(kill_frames.job, layer_id, ARRAY['waiting', 'depend']),
+							 ARRAY['waiting', 'depend'], 'dead');
+	RETURN n + frameq._bulk_kill_orders(kill_frames.job, layer_id, reason, 'dead');
+END
+$$;
+
 /* kill a job: it books nothing more, and each live frame is killed as kill_frame would */
 CREATE FUNCTION frameq.kill_job(job bigint, reason text) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -207,19 +442,24 @@ BEGIN
 END
 $$;
 
-/* up, down or repair; a host set down or to repair has its procs ordered killed */
+/*
+ * up, down, repair or drain.  A host set down or to repair has its procs
+ * ordered killed; a drained one books nothing new (reserve books only on
+ * hosts that are up) while its running tasks finish as they would, and
+ * stays drained, whatever happens to its lease, until it is set up.
+ */
 CREATE FUNCTION frameq.set_host_state(host text, state text) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	h frameq.host;
 BEGIN
-	IF state IS NULL OR state NOT IN ('up', 'down', 'repair') THEN
-		RAISE EXCEPTION 'state must be up, down or repair, not %', coalesce(frameq._clip(state), 'null')
+	IF state IS NULL OR state NOT IN ('up', 'down', 'repair', 'drain') THEN
+		RAISE EXCEPTION 'state must be up, down, repair or drain, not %', coalesce(frameq._clip(state), 'null')
 			USING ERRCODE = CASE WHEN state IS NULL THEN 'null_value_not_allowed'
 								 ELSE 'invalid_parameter_value' END;
 	END IF;
 	h := frameq._host_lock_by_name(host);
-	IF state <> 'up' THEN
+	IF state IN ('down', 'repair') THEN
 		/* its work is ordered killed; the frames stay held until that is confirmed */
 		PERFORM frameq._kill_order(x.id, pg_catalog.format('host set %s', set_host_state.state), 'waiting')
 		   FROM frameq.proc x WHERE x.host = h.id AND x.state = 'running';

@@ -86,8 +86,9 @@ CREATE TABLE frameq.host (
 	gpu_memory	bigint NOT NULL CHECK (gpu_memory >= 0),
 	tags		text[] NOT NULL DEFAULT '{}',
 	token_hash	bytea NOT NULL,
-	state		text NOT NULL DEFAULT 'up' CHECK (state IN ('up', 'down', 'repair')),
-	/* who put it down: an operator, or the loss of its lease (attach lifts that) */
+	/* drain: books nothing new, lets its running tasks finish (set_host_state) */
+	state		text NOT NULL DEFAULT 'up' CHECK (state IN ('up', 'down', 'repair', 'drain')),
+	/* who put it down (or drained it): an operator, or the loss of its lease (attach lifts that) */
 	down_reason text CHECK (down_reason IN ('operator', 'lease_lost')),
 	/* lease: epoch 0 means never attached */
 	epoch		bigint NOT NULL DEFAULT 0 CHECK (epoch >= 0),
@@ -418,7 +419,12 @@ CREATE TABLE frameq.run (
 									   'operator')),
 	kill_reason text,
 	end_state	text,
-	CHECK ((ended_at IS NULL) = (reason IS NULL))
+	CHECK ((ended_at IS NULL) = (reason IS NULL)),
+	/*
+	 * where the render's output is, "agent host:path", as its agent
+	 * reported it at the render's start (report_log); NULL if never reported
+	 */
+	log			text CHECK (pg_catalog.length(log) <= 1024)
 );
 CREATE INDEX run_frame ON frameq.run (frame);
 

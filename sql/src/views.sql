@@ -109,11 +109,11 @@ SELECT h.id AS host, h.name, a.name AS allocation, h.state, h.down_reason, h.epo
   FROM frameq.host h
   JOIN frameq.allocation a ON a.id = h.allocation;
 
-/* every attempt's run record */
+/* every attempt's run record; log: where its output is, as its agent reported it */
 CREATE VIEW frameq.runs AS
 SELECT r.proc, r.frame, r.job, h.name AS host, r.epoch, r.started_at, r.ended_at,
 	   r.exit_status, r.exit_signal, r.max_rss, r.reason, r.kill_reason, r.end_state,
-	   (r.cores_cc / 100.0)::numeric(12,2) AS cores, r.memory
+	   (r.cores_cc / 100.0)::numeric(12,2) AS cores, r.memory, r.log
   FROM frameq.run r
   JOIN frameq.host h ON h.id = r.host;
 

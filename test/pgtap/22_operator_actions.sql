@@ -141,7 +141,7 @@ SELECT * FROM fqtest.refuses(format($$SELECT frameq.kill_job(%s, '')$$, :job), '
 SELECT * FROM fqtest.refuses($$SELECT frameq.set_host_state(NULL, 'down')$$, '22004', NULL, 'set_host_state of a null host raises 22004');
 SELECT * FROM fqtest.refuses($$SELECT frameq.set_host_state('t22-nope', 'down')$$, '42704', 'host "t22-nope" is not registered',
 	'set_host_state of an unknown host raises 42704');
-SELECT * FROM fqtest.refuses($$SELECT frameq.set_host_state('t22-h1', 'off')$$, '22023', 'state must be up, down or repair, not off',
+SELECT * FROM fqtest.refuses($$SELECT frameq.set_host_state('t22-h1', 'off')$$, '22023', 'state must be up, down, repair or drain, not off',
 	'set_host_state to an unknown state raises 22023 and orders nothing killed');
 SELECT * FROM fqtest.refuses($$SELECT frameq.set_host_state('t22-h1', NULL)$$, '22004', NULL, 'set_host_state to a null state raises 22004');
 SELECT * FROM fqtest.refuses($$SELECT frameq.confirm_host_dead(NULL)$$, '22004', NULL, 'confirm_host_dead(NULL) raises 22004');

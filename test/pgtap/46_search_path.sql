@@ -294,6 +294,7 @@ INSERT INTO t46_calls (fn, who, code, want) VALUES
 									 :'tok1', :e1, :p1), 'ok'),
 	('complete', 't46_agent', format($$SELECT frameq.complete('t46-h2', %L, %s, %s, 1, 0)$$, :'tok2', :e2, :p4), 'ok'),
 	('owns', 't46_agent', format($$SELECT frameq.owns(%s)$$, :p2), 'ok'),
+	('report_log', 't46_agent', format($$SELECT frameq.report_log('t46-h1', %L, %s, %s, 'm:/x')$$, :'tok1', :e1, :p2), 'ok'),
 	/* a submitter on a show granted to it */
 	('submit', 't46_submitter', $${"show": "t46show", "name": "t46-c",
 		"layers": [{"name": "l", "command": "c #IFRAME#", "range": "1-3", "env": {"A": "b"}, "tags": ["t"]}]}$$, 'ok'),
@@ -308,6 +309,9 @@ INSERT INTO t46_calls (fn, who, code, want) VALUES
 	('kill_job', 't46_submitter', format($$SELECT frameq.kill_job(%s, 'shadow test')$$, :jk), 'ok'),
 	/* h2's failure of frame 4 blocked it for t46-a (host_failure_limit 1) */
 	('unblock_host', 't46_submitter', format($$SELECT frameq.unblock_host(%s, 't46-h2')$$, :ja), 'ok'),
+	('retry_frames', 't46_submitter', format($$SELECT frameq.retry_frames(%s, NULL, '{dead,eaten,running,waiting}')$$, :ja), 'ok'),
+	('eat_frames', 't46_submitter', format($$SELECT frameq.eat_frames(%s, NULL, '{dead,depend}')$$, :ja), 'ok'),
+	('kill_frames', 't46_submitter', format($$SELECT frameq.kill_frames(%s, NULL, 'shadow test')$$, :ja), 'ok'),
 	/* operator actions on hosts */
 	('set_host_state', 't46_admin', $$SELECT frameq.set_host_state('t46-h2', 'repair')$$, 'ok'),
 	('set_host_state', 't46_admin', $$SELECT frameq.set_host_state('t46-h2', 'up')$$, 'ok'),

@@ -125,7 +125,7 @@ SELECT * FROM fqtest.refuses(format('SELECT frameq.set_subscription(%L, %L, 1, 1
 	'42704', 'show "ssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss..." does not exist',
 	'an unknown 1 MB show name is quoted clipped');
 SELECT * FROM fqtest.refuses(format('SELECT frameq.set_host_state(%L, %L)', 't47-h1', repeat('x', 1000000)),
-	'22023', 'state must be up, down or repair, not xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...',
+	'22023', 'state must be up, down, repair or drain, not xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...',
 	'a 1 MB host state is quoted clipped');
 SELECT * FROM fqtest.refuses('SELECT frameq.set_subscription(''t47show'', ''t47.pool'', ''NaN'', 1)',
 	'22023', 'size must be a number of cores, not NaN', 'NaN cores are malformed');
