@@ -38,6 +38,17 @@ BEGIN
 		held_layers := ARRAY(SELECT x.id FROM (SELECT l.id, l.job FROM frameq.layer l
 												WHERE l.id = ANY (all_layers) OFFSET 0) x
 							  WHERE frameq._hold_job(x.job));
+		/*
+		 * A layer whose job's lock is not to be had may be under an edit
+		 * (set_layer holds it in EXCLUSIVE): read it after the edit ends
+		 * (the statement below has a later snapshot), so as not to write
+		 * or rely on rows of its old values.  Rare: only while a tidy, a
+		 * depend_job or an edit of the job is in flight.
+		 */
+		IF cardinality(held_layers) < cardinality(all_layers) THEN
+			PERFORM 1 FROM frameq.layer l
+			  WHERE l.id = ANY (all_layers) AND l.id <> ALL (held_layers) ORDER BY l.id FOR SHARE;
+		END IF;
 	END IF;
 	WITH wanted AS (
 			SELECT l.id AS layer, l.memory FROM frameq.layer l WHERE l.id = ANY (layers)
@@ -156,6 +167,14 @@ BEGIN
 							  AND j.priority OPERATOR(pg_catalog.=) q.priority);
 	END IF;
 	IF pg_catalog.cardinality(emptied) OPERATOR(pg_catalog.>) 0 THEN
+		/*
+		 * Rows that no longer say what their layer is (set_layer): the
+		 * layer's current rows first, as for a stale priority above, so
+		 * that deleting them cannot leave a waiting layer without one
+		 */
+		PERFORM frameq._queue_layers(ARRAY(
+			SELECT DISTINCT q.layer FROM frameq.dispatch_queue q
+			 WHERE q.layer OPERATOR(pg_catalog.=) ANY (emptied) AND NOT frameq._row_current(q)));
 		jobs := frameq._claim_jobs(ARRAY(SELECT DISTINCT x.job FROM frameq.dispatch_queue x
 										  WHERE x.layer OPERATOR(pg_catalog.=) ANY (emptied)));
 		DELETE FROM frameq.dispatch_queue q
@@ -771,7 +790,7 @@ BEGIN
 	END IF;
 	PERFORM frameq._authorize_job(job);
 	PERFORM frameq._lock_job(job);
-	SELECT * INTO j FROM frameq.job x WHERE x.id = _edit_lock.job FOR SHARE;
+	SELECT * INTO j FROM frameq.job x WHERE x.id = _edit_lock.job;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
 	END IF;
@@ -818,6 +837,21 @@ BEGIN
 	SELECT * INTO j FROM frameq.job x WHERE x.id = o.job;
 	n := frameq._edited_layer(o, changes, j.name);
 	limit_ids := frameq._edited_limits(changes);
+	/*
+	 * Tasks an OOM raised to no more than the layer's new memory: back to
+	 * the layer's.  Before the layer's row is locked: a release holding
+	 * such a task may be waiting to read the layer (the gate).
+	 */
+	IF n.memory > o.memory THEN
+		WITH back AS (
+				UPDATE frameq.frame f SET memory = NULL
+				 WHERE f.layer = o.id AND f.memory IS NOT NULL AND f.memory <= n.memory
+				RETURNING f.number, f.state, f.not_before)
+		SELECT min(b.number) INTO low FROM back b WHERE b.state = 'waiting' AND b.not_before IS NULL;
+		IF low IS NOT NULL THEN
+			PERFORM frameq._frame_waiting(o.id, low);
+		END IF;
+	END IF;
 	SELECT x.* INTO o FROM frameq.layer x WHERE x.id = o.id FOR NO KEY UPDATE;
 	UPDATE frameq.layer x SET
 		command = n.command, dispatch_order = n.dispatch_order, min_cc = n.min_cc,
@@ -833,18 +867,11 @@ BEGIN
 		SELECT o.id, x FROM unnest(limit_ids) x
 		 WHERE NOT EXISTS (SELECT 1 FROM frameq.layer_limit ll WHERE ll.layer = o.id AND ll.limit_id = x);
 	END IF;
-	/* tasks an OOM raised to no more than the layer's memory now: back to the layer's */
-	IF n.memory > o.memory THEN
-		WITH back AS (
-				UPDATE frameq.frame f SET memory = NULL
-				 WHERE f.layer = o.id AND f.memory IS NOT NULL AND f.memory <= n.memory
-				RETURNING f.number, f.state, f.not_before)
-		SELECT min(b.number) INTO low FROM back b WHERE b.state = 'waiting' AND b.not_before IS NULL;
-		IF low IS NOT NULL THEN
-			PERFORM frameq._frame_waiting(o.id, low);
-		END IF;
-	END IF;
-	IF j.state = 'active' AND NOT n.paused
+	/*
+	 * Whatever the job's state but finished: a resume in flight cannot
+	 * see this change, and queues the layer's old values
+	 */
+	IF j.state <> 'finished' AND NOT n.paused
 	   AND (o.paused OR low IS NOT NULL
 			OR (o.min_cc, o.memory, o.gpus, o.gpu_memory, o.tags, o.dispatch_order)
 			   IS DISTINCT FROM (n.min_cc, n.memory, n.gpus, n.gpu_memory, n.tags, n.dispatch_order)) THEN
@@ -916,6 +943,8 @@ BEGIN
 			USING ERRCODE = 'feature_not_supported',
 				  HINT = 'add_frames cannot give new tasks their share of them; drop_depends drops them.';
 	END IF;
+	/* a release finishing the job waits for this, and then sees the new tasks */
+	SELECT * INTO j FROM frameq.job x WHERE x.id = j.id FOR NO KEY UPDATE;
 	IF j.state = 'finished' THEN
 		UPDATE frameq.job x SET state = 'active', finished_at = NULL WHERE x.id = j.id;
 	END IF;

@@ -128,6 +128,17 @@ BEGIN
 		held_layers := ARRAY(SELECT x.id FROM (SELECT l.id, l.job FROM frameq.layer l
 												WHERE l.id = ANY (all_layers) OFFSET 0) x
 							  WHERE frameq._hold_job(x.job));
+		/*
+		 * A layer whose job's lock is not to be had may be under an edit
+		 * (set_layer holds it in EXCLUSIVE): read it after the edit ends
+		 * (the statement below has a later snapshot), so as not to write
+		 * or rely on rows of its old values.  Rare: only while a tidy, a
+		 * depend_job or an edit of the job is in flight.
+		 */
+		IF cardinality(held_layers) < cardinality(all_layers) THEN
+			PERFORM 1 FROM frameq.layer l
+			  WHERE l.id = ANY (all_layers) AND l.id <> ALL (held_layers) ORDER BY l.id FOR SHARE;
+		END IF;
 	END IF;
 	WITH wanted AS (
 			SELECT l.id AS layer, l.memory FROM frameq.layer l WHERE l.id = ANY (layers)
@@ -363,6 +374,14 @@ BEGIN
 							  AND j.priority OPERATOR(pg_catalog.=) q.priority);
 	END IF;
 	IF pg_catalog.cardinality(emptied) OPERATOR(pg_catalog.>) 0 THEN
+		/*
+		 * Rows that no longer say what their layer is (set_layer): the
+		 * layer's current rows first, as for a stale priority above, so
+		 * that deleting them cannot leave a waiting layer without one
+		 */
+		PERFORM frameq._queue_layers(ARRAY(
+			SELECT DISTINCT q.layer FROM frameq.dispatch_queue q
+			 WHERE q.layer OPERATOR(pg_catalog.=) ANY (emptied) AND NOT frameq._row_current(q)));
 		jobs := frameq._claim_jobs(ARRAY(SELECT DISTINCT x.job FROM frameq.dispatch_queue x
 										  WHERE x.layer OPERATOR(pg_catalog.=) ANY (emptied)));
 		DELETE FROM frameq.dispatch_queue q

@@ -949,14 +949,13 @@ END
 $$;
 
 /*
- * The job and the layer of that name, for an edit: the caller may act on
- * the job's show; the job's dispatch lock in EXCLUSIVE first (every
- * transaction making its tasks waiting, or relying on its queue rows,
- * ends before; those that follow see the edit), then the job row (FOR
- * SHARE: a resume or a finish waits for the edit); returns the layer of
- * that name (its row is locked by the caller, after any dependency rows).
- * A killed job is refused (55000).  READ COMMITTED only: what follows
- * reads with snapshots taken after the locks.
+ * The layer of that name, for an edit: the caller may act on the job's
+ * show; the job's dispatch lock is taken in EXCLUSIVE (every transaction
+ * making its tasks waiting, or relying on its queue rows, ends before;
+ * those that follow read the layer under FOR SHARE, which waits for the
+ * edit); the layer's row is locked by the caller, after any dependency
+ * rows.  A killed job is refused (55000).  READ COMMITTED only: what
+ * follows reads with snapshots taken after the lock.
  */
 CREATE FUNCTION frameq._edit_lock(job bigint, layer text, what text) RETURNS frameq.layer
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -973,7 +972,7 @@ BEGIN
 	END IF;
 	PERFORM frameq._authorize_job(job);
 	PERFORM frameq._lock_job(job);
-	SELECT * INTO j FROM frameq.job x WHERE x.id = _edit_lock.job FOR SHARE;
+	SELECT * INTO j FROM frameq.job x WHERE x.id = _edit_lock.job;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
 	END IF;
@@ -1029,6 +1028,21 @@ BEGIN
 	SELECT * INTO j FROM frameq.job x WHERE x.id = o.job;
 	n := frameq._edited_layer(o, changes, j.name);
 	limit_ids := frameq._edited_limits(changes);
+	/*
+	 * Tasks an OOM raised to no more than the layer's new memory: back to
+	 * the layer's.  Before the layer's row is locked: a release holding
+	 * such a task may be waiting to read the layer (the gate).
+	 */
+	IF n.memory > o.memory THEN
+		WITH back AS (
+				UPDATE frameq.frame f SET memory = NULL
+				 WHERE f.layer = o.id AND f.memory IS NOT NULL AND f.memory <= n.memory
+				RETURNING f.number, f.state, f.not_before)
+		SELECT min(b.number) INTO low FROM back b WHERE b.state = 'waiting' AND b.not_before IS NULL;
+		IF low IS NOT NULL THEN
+			PERFORM frameq._frame_waiting(o.id, low);
+		END IF;
+	END IF;
 	SELECT x.* INTO o FROM frameq.layer x WHERE x.id = o.id FOR NO KEY UPDATE;
 	UPDATE frameq.layer x SET
 		command = n.command, dispatch_order = n.dispatch_order, min_cc = n.min_cc,
@@ -1044,18 +1058,11 @@ BEGIN
 		SELECT o.id, x FROM unnest(limit_ids) x
 		 WHERE NOT EXISTS (SELECT 1 FROM frameq.layer_limit ll WHERE ll.layer = o.id AND ll.limit_id = x);
 	END IF;
-	/* tasks an OOM raised to no more than the layer's memory now: back to the layer's */
-	IF n.memory > o.memory THEN
-		WITH back AS (
-				UPDATE frameq.frame f SET memory = NULL
-				 WHERE f.layer = o.id AND f.memory IS NOT NULL AND f.memory <= n.memory
-				RETURNING f.number, f.state, f.not_before)
-		SELECT min(b.number) INTO low FROM back b WHERE b.state = 'waiting' AND b.not_before IS NULL;
-		IF low IS NOT NULL THEN
-			PERFORM frameq._frame_waiting(o.id, low);
-		END IF;
-	END IF;
-	IF j.state = 'active' AND NOT n.paused
+	/*
+	 * Whatever the job's state but finished: a resume in flight cannot
+	 * see this change, and queues the layer's old values
+	 */
+	IF j.state <> 'finished' AND NOT n.paused
 	   AND (o.paused OR low IS NOT NULL
 			OR (o.min_cc, o.memory, o.gpus, o.gpu_memory, o.tags, o.dispatch_order)
 			   IS DISTINCT FROM (n.min_cc, n.memory, n.gpus, n.gpu_memory, n.tags, n.dispatch_order)) THEN
@@ -1138,6 +1145,8 @@ BEGIN
 			USING ERRCODE = 'feature_not_supported',
 				  HINT = 'add_frames cannot give new tasks their share of them; drop_depends drops them.';
 	END IF;
+	/* a release finishing the job waits for this, and then sees the new tasks */
+	SELECT * INTO j FROM frameq.job x WHERE x.id = j.id FOR NO KEY UPDATE;
 	IF j.state = 'finished' THEN
 		UPDATE frameq.job x SET state = 'active', finished_at = NULL WHERE x.id = j.id;
 	END IF;

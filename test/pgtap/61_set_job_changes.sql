@@ -7,7 +7,7 @@
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(57);
+SELECT plan(59);
 
 SELECT * FROM fqtest.farm('t61', cores => '{8}') \gset
 SELECT frameq.submit($${"show": "t61show", "name": "j",
@@ -89,6 +89,11 @@ SELECT lives_ok(format('SELECT frameq.set_job(%s, priority => 9, max_cores => 2)
 SELECT is((SELECT (priority, max_cc)::text FROM frameq.job WHERE id = :job), '(9,200)', 'applied');
 SELECT lives_ok(format('SELECT frameq.set_job(%s, clear_caps => true)', :job), 'clear_caps');
 SELECT is((SELECT (priority, max_cc, max_gpus)::text FROM frameq.job WHERE id = :job), '(9,,)', 'caps cleared');
+
+SELECT is(fqtest.attempt(format('SELECT frameq.set_job(%s, ''{"priority": 1}'')', :job)), '22P02',
+	'an untyped literal goes to the positional form, as a priority (documented: cast it to jsonb)');
+SELECT lives_ok(format('SELECT frameq.set_job(%s, changes => ''{"priority": 1}'')', :job),
+	'or name the argument');
 
 /* 5: a finished job: fields yes, pause no; a killed one likewise */
 UPDATE frameq.job SET state = 'finished' WHERE id = :job;
