@@ -148,6 +148,7 @@ CREATE OR REPLACE FUNCTION frameq._dispatch_tidy(stale tid[], emptied bigint[], 
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	jobs bigint[];
+	edited bigint[];
 BEGIN
 	IF pg_catalog.cardinality(stale) OPERATOR(pg_catalog.>) 0 THEN
 		PERFORM frameq._queue_layers(ARRAY(
@@ -172,9 +173,11 @@ BEGIN
 		 * layer's current rows first, as for a stale priority above, so
 		 * that deleting them cannot leave a waiting layer without one
 		 */
-		PERFORM frameq._queue_layers(ARRAY(
-			SELECT DISTINCT q.layer FROM frameq.dispatch_queue q
-			 WHERE q.layer OPERATOR(pg_catalog.=) ANY (emptied) AND NOT frameq._row_current(q)));
+		edited := ARRAY(SELECT DISTINCT q.layer FROM frameq.dispatch_queue q
+						 WHERE q.layer OPERATOR(pg_catalog.=) ANY (emptied) AND NOT frameq._row_current(q));
+		IF pg_catalog.cardinality(edited) OPERATOR(pg_catalog.>) 0 THEN
+			PERFORM frameq._queue_layers(edited);
+		END IF;
 		jobs := frameq._claim_jobs(ARRAY(SELECT DISTINCT x.job FROM frameq.dispatch_queue x
 										  WHERE x.layer OPERATOR(pg_catalog.=) ANY (emptied)));
 		DELETE FROM frameq.dispatch_queue q
