@@ -11,7 +11,7 @@
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(115);
+SELECT plan(123);
 
 SELECT * FROM fqtest.farm('t60', cores => '{8,8}', memory => '{8589934592,17179869184}') \gset
 SELECT frameq.create_limit('t60lim', 5) AS _ \gset
@@ -187,6 +187,35 @@ SELECT is((SELECT string_agg(format('%s:%s', number, memory), ' ' ORDER BY numbe
 SELECT is(pg_temp.clean(), 0::bigint, 'check() is clean');
 SELECT is(pg_temp.booked('t60-h1', :'tok1', :epoch1, 1), 'a/7:1.00:4294967296',
 	'task 7 is booked at the layer''s memory, in number order');
+
+/* 7b: an edit while the job is paused: resuming the job queues the new values, not a paused layer */
+SELECT frameq.set_job(:job, paused => true) AS _ \gset
+SELECT lives_ok(pg_temp.set('{"cores": 3}'), 'cores changed while the job is paused');
+SELECT frameq.set_layer(:job, 'b', '{"paused": true}') AS _ \gset
+SELECT frameq.set_job(:job, paused => false) AS _ \gset
+SELECT is((SELECT count(*)::int FROM frameq.dispatch_queue q JOIN frameq.job j ON j.id = q.job
+			WHERE q.layer = :la AND q.min_cc = 300 AND q.memory = 4294967296 AND q.priority = j.priority), 1,
+	'the resumed job''s layer has a row of its new cores');
+SELECT is((SELECT count(*)::int FROM frameq.dispatch_queue q JOIN frameq.job j ON j.id = q.job
+			WHERE q.layer = :lb AND q.priority = j.priority), 0, 'its paused layer got none');
+SELECT is(pg_temp.clean(), 0::bigint, 'check() is clean');
+SELECT frameq.set_layer(:job, 'b', '{"paused": false}') AS _ \gset
+/* a booking that meets only a row of old values queues the current ones before it tidies the old */
+DELETE FROM frameq.dispatch_queue WHERE layer = :la AND memory = 4294967296;
+SELECT is((SELECT count(*)::int FROM frameq.proc p
+			WHERE p.host = :host1 AND frameq.complete('t60-h1', :'tok1', :epoch1, p.id, 0) = 'accepted'),
+	7, 'the 8 GB host''s renders end');
+INSERT INTO frameq.dispatch_queue (show, tag, gpu, priority, job, dispatch_order, layer, min_cc, memory,
+								   gpus, gpu_memory, mem_class, core_class)
+SELECT j.show, '', false, j.priority, j.id, 0, :la, 100, 4294967296, 0, 0,
+	   frameq._memory_class(4294967296), frameq._cores_class(100)
+  FROM frameq.job j WHERE j.id = :job;
+SELECT is(pg_temp.booked('t60-h1', :'tok1', :epoch1, 1), 'a/9:3.00:4294967296',
+	'the old row books at the layer''s current values');
+SELECT is((SELECT string_agg(format('%s:%s', q.min_cc, q.memory), ',' ORDER BY q.memory)
+			 FROM frameq.dispatch_queue q WHERE q.layer = :la), '300:4294967296,300:6442450944',
+	'and is replaced by a row of them (the raised task''s row stays)');
+SELECT is(pg_temp.clean(), 0::bigint, 'check() is clean');
 
 /* 8: a finished job: paused and resources may change; a killed job refuses */
 SELECT frameq.kill_job(:job, 't60 done') AS _ \gset
