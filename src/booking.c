@@ -114,6 +114,8 @@ typedef struct LayerCandidate
 	int			nlimits;
 	int32		limit_ids[FRAMEQ_MAX_LAYER_LIMITS];
 	int32		limit_caps[FRAMEQ_MAX_LAYER_LIMITS];
+	int32		dispatch_order;
+	bool		passed;			/* paused, or none of its tags is the host's */
 } LayerCandidate;
 
 /* what skipping a failed charge means for the walk */
@@ -393,14 +395,18 @@ load_shows(const ReserveState *st, ShowCandidate **out)
 }
 
 /*
- * One candidate layer, by id: the dispatch queue row that named it already
- * matched the host's tags and minimums.  False if it is gone.
+ * One candidate layer, by id: the dispatch queue row that named it matched
+ * the host's tags and minimums when it was written.  The layer is read in
+ * one statement, so a booking uses its values before or after a set_layer,
+ * never some of each; passed says the layer is paused or has none of the
+ * host's tags now (set_layer changed them since the row was written).
+ * False if it is gone.
  */
 static bool
-load_layer(int64 id, LayerCandidate *l)
+load_layer(const ReserveState *st, int64 id, LayerCandidate *l)
 {
 	static SPIPlanPtr plan = NULL;
-	Datum		args[1];
+	Datum		args[2];
 	int			ret;
 	HeapTuple	tup;
 	TupleDesc	desc;
@@ -413,7 +419,7 @@ load_layer(int64 id, LayerCandidate *l)
 
 	if (plan == NULL)
 	{
-		Oid			types[1] = {INT8OID};
+		Oid			types[2] = {INT8OID, TEXTARRAYOID};
 
 		plan = frameq_prepare("SELECT l.id, l.name, l.min_cc, l.max_cc, l.threadable, l.memory,"
 							  "       l.gpus, l.gpu_memory, l.command, l.env,"
@@ -424,12 +430,14 @@ load_layer(int64 id, LayerCandidate *l)
 							  "              WHERE ll.layer = l.id ORDER BY ll.limit_id),"
 							  "       coalesce(l.timeout,"
 							  "                (SELECT j.timeout FROM frameq.job j WHERE j.id = l.job)),"
-							  "       l.progress_pattern"
+							  "       l.progress_pattern, l.dispatch_order,"
+							  "       l.paused OR NOT (cardinality(l.tags) = 0 OR l.tags && $2)"
 							  "  FROM frameq.layer l"
 							  " WHERE l.id = $1",
-							  1, types);
+							  2, types);
 	}
 	args[0] = Int64GetDatum(id);
+	args[1] = st->host.tags;
 	ret = SPI_execute_plan(plan, args, NULL, true, 1);
 	if (ret != SPI_OK_SELECT)
 		elog(ERROR, "frameq: layer lookup failed: %s", SPI_result_code_string(ret));
@@ -472,6 +480,8 @@ load_layer(int64 id, LayerCandidate *l)
 	l->has_pattern = !isnull;
 	if (l->has_pattern)
 		l->progress_pattern = SPI_datumTransfer(pattern, false, -1);
+	l->dispatch_order = frameq_get_int32(tup, desc, 15, NULL);
+	l->passed = frameq_get_bool(tup, desc, 16, NULL);
 	SPI_freetuptable(SPI_tuptable);
 	return true;
 }
@@ -1630,6 +1640,20 @@ raise_layer(LayerCandidate *layer, int64 row_memory)
 }
 
 /*
+ * Does the row still say what its layer is (dispatch.sql, _row_current)?
+ * A row of old minimums or dispatch order still books, at the layer's
+ * current values (the new row may not have been read yet); a row of a
+ * paused layer, or of a tag the layer no longer has that the host lacks,
+ * books nothing (passed).
+ */
+static bool
+row_current(const QueueRow *r, const LayerCandidate *layer)
+{
+	return !layer->passed && r->min_cc == layer->min_cc && r->gpus == layer->gpus &&
+		r->dispatch_order == layer->dispatch_order && r->memory >= layer->memory;
+}
+
+/*
  * Walk one show's candidate layers in policy order and book from each.
  * Rows of jobs that are not active or have another priority now are stale:
  * skipped and tidied.  A row over its job's or folder's cap is skipped and,
@@ -1712,11 +1736,14 @@ book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tid
 		/* changed since the row was read: the next call sees it as it is */
 		if (!job_active || job_priority != r.priority)
 			continue;
-		if (!load_layer(r.layer, &layer))
+		if (!load_layer(st, r.layer, &layer))
 			continue;
 		claimed = st->claimed;
-		st->emptied = false;
-		if (raise_layer(&layer, r.memory))
+		/* set_layer changed the layer: its new rows are queued; tidy this one */
+		st->emptied = !row_current(&r, &layer);
+		if (layer.passed)
+			result = SKIP_FRAME;
+		else if (raise_layer(&layer, r.memory))
 			result = book_layer(st, show, &job, &layer);
 		else
 			st->emptied = true; /* no task is raised to less than its layer */

@@ -296,8 +296,10 @@ held_back(HeapTuple row, TupleDesc desc)
 
 /*
  * The layer's count of unmet dependencies, and whether it has its queue
- * rows at its job's priority for every tag: under the job's dispatch lock,
- * read in a statement of its own (its snapshot follows the lock).
+ * rows at its job's priority for every tag, of its current values (a
+ * set_layer writes new ones), or is paused and needs none: under the
+ * job's dispatch lock, read in a statement of its own (its snapshot
+ * follows the lock).
  */
 static void
 read_layer_held(int64 layer, int32 *unmet, bool *queued)
@@ -311,11 +313,15 @@ read_layer_held(int64 layer, int32 *unmet, bool *queued)
 
 		plan = frameq_prepare_options(
 			"SELECT l.deps_left,"
+			"       l.paused OR"
 			"       NOT EXISTS (SELECT 1 FROM unnest(CASE WHEN cardinality(l.tags) = 0"
 			"                                             THEN ARRAY['']::text[] ELSE l.tags END) t(tag)"
 			"                    WHERE NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q"
 			"                                       WHERE q.layer = l.id AND q.tag = t.tag"
-			"                                         AND q.priority = j.priority))"
+			"                                         AND q.priority = j.priority"
+			"                                         AND q.memory = l.memory AND q.min_cc = l.min_cc"
+			"                                         AND q.gpus = l.gpus AND q.gpu_memory = l.gpu_memory"
+			"                                         AND q.dispatch_order = l.dispatch_order))"
 			"  FROM frameq.layer l JOIN frameq.job j ON j.id = l.job"
 			" WHERE l.id = $1",
 			1, types, CURSOR_OPT_GENERIC_PLAN);

@@ -38,6 +38,17 @@ BEGIN
 		held_layers := ARRAY(SELECT x.id FROM (SELECT l.id, l.job FROM frameq.layer l
 												WHERE l.id = ANY (all_layers) OFFSET 0) x
 							  WHERE frameq._hold_job(x.job));
+		/*
+		 * A layer whose job's lock is not to be had may be under an edit
+		 * (set_layer holds it in EXCLUSIVE): read it after the edit ends
+		 * (the statement below has a later snapshot), so as not to write
+		 * or rely on rows of its old values.  Rare: only while a tidy, a
+		 * depend_job or an edit of the job is in flight.
+		 */
+		IF cardinality(held_layers) < cardinality(all_layers) THEN
+			PERFORM 1 FROM frameq.layer l
+			  WHERE l.id = ANY (all_layers) AND l.id <> ALL (held_layers) ORDER BY l.id FOR SHARE;
+		END IF;
 	END IF;
 	WITH wanted AS (
 			SELECT l.id AS layer, l.memory FROM frameq.layer l WHERE l.id = ANY (layers)
@@ -48,10 +59,14 @@ BEGIN
 			UNION
 			SELECT raised_layer, raised_memory WHERE raised_layer IS NOT NULL),
 		 seen AS (
-			SELECT q.layer, q.tag, q.priority, q.memory FROM frameq.dispatch_queue q
+			SELECT q.layer, q.tag, q.priority, q.memory, q.min_cc, q.gpus, q.gpu_memory,
+				   q.dispatch_order
+			  FROM frameq.dispatch_queue q
 			 WHERE q.layer = ANY (held_layers)),
 		 held AS (
-			SELECT q.layer, q.tag, q.priority, q.memory FROM frameq.dispatch_queue q
+			SELECT q.layer, q.tag, q.priority, q.memory, q.min_cc, q.gpus, q.gpu_memory,
+				   q.dispatch_order
+			  FROM frameq.dispatch_queue q
 			 WHERE q.layer = ANY (all_layers) AND q.layer <> ALL (held_layers)
 			   FOR KEY SHARE OF q SKIP LOCKED),
 		 queued AS (
@@ -62,17 +77,21 @@ BEGIN
 				   l.id, l.min_cc, w.memory, l.gpus, l.gpu_memory,
 				   frameq._memory_class(w.memory), frameq._cores_class(l.min_cc)
 			  FROM wanted w
-			  JOIN frameq.layer l ON l.id = w.layer
+			  JOIN frameq.layer l ON l.id = w.layer AND NOT l.paused
 			  JOIN frameq.job j ON j.id = l.job
 			 CROSS JOIN LATERAL (SELECT DISTINCT x AS tag
 								   FROM unnest(CASE WHEN cardinality(l.tags) = 0
 													THEN ARRAY['']::text[] ELSE l.tags END) x) t
 			 WHERE NOT EXISTS (SELECT 1 FROM seen h
 								WHERE h.layer = l.id AND h.tag = t.tag AND h.priority = j.priority
-								  AND h.memory = w.memory)
+								  AND h.memory = w.memory AND h.min_cc = l.min_cc AND h.gpus = l.gpus
+								  AND h.gpu_memory = l.gpu_memory
+								  AND h.dispatch_order = l.dispatch_order)
 			   AND NOT EXISTS (SELECT 1 FROM held h
 								WHERE h.layer = l.id AND h.tag = t.tag AND h.priority = j.priority
-								  AND h.memory = w.memory)
+								  AND h.memory = w.memory AND h.min_cc = l.min_cc AND h.gpus = l.gpus
+								  AND h.gpu_memory = l.gpu_memory
+								  AND h.dispatch_order = l.dispatch_order)
 			RETURNING show, tag, gpu, mem_class, core_class)
 	INSERT INTO frameq.dispatch_class (show, tag, gpu, mem_class, core_class)
 	SELECT DISTINCT n.show, n.tag, n.gpu, n.mem_class, n.core_class
@@ -111,10 +130,25 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 					  AND f.not_before IS NULL AND f.memory OPERATOR(pg_catalog.=) $2)
 $$;
 
+CREATE FUNCTION frameq._row_current(q frameq.dispatch_queue) RETURNS bool
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT EXISTS (SELECT 1 FROM frameq.layer l
+					WHERE l.id OPERATOR(pg_catalog.=) q.layer AND NOT l.paused
+					  AND q.tag OPERATOR(pg_catalog.=) ANY (
+							CASE WHEN pg_catalog.cardinality(l.tags) OPERATOR(pg_catalog.=) 0
+								 THEN ARRAY['']::text[] ELSE l.tags END)
+					  AND q.min_cc OPERATOR(pg_catalog.=) l.min_cc
+					  AND q.memory OPERATOR(pg_catalog.>=) l.memory
+					  AND q.gpus OPERATOR(pg_catalog.=) l.gpus
+					  AND q.gpu_memory OPERATOR(pg_catalog.=) l.gpu_memory
+					  AND q.dispatch_order OPERATOR(pg_catalog.=) l.dispatch_order)
+$$;
+
 CREATE OR REPLACE FUNCTION frameq._dispatch_tidy(stale tid[], emptied bigint[], parked tid[]) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	jobs bigint[];
+	edited bigint[];
 BEGIN
 	IF pg_catalog.cardinality(stale) OPERATOR(pg_catalog.>) 0 THEN
 		PERFORM frameq._queue_layers(ARRAY(
@@ -134,6 +168,16 @@ BEGIN
 							  AND j.priority OPERATOR(pg_catalog.=) q.priority);
 	END IF;
 	IF pg_catalog.cardinality(emptied) OPERATOR(pg_catalog.>) 0 THEN
+		/*
+		 * Rows that no longer say what their layer is (set_layer): the
+		 * layer's current rows first, as for a stale priority above, so
+		 * that deleting them cannot leave a waiting layer without one
+		 */
+		edited := ARRAY(SELECT DISTINCT q.layer FROM frameq.dispatch_queue q
+						 WHERE q.layer OPERATOR(pg_catalog.=) ANY (emptied) AND NOT frameq._row_current(q));
+		IF pg_catalog.cardinality(edited) OPERATOR(pg_catalog.>) 0 THEN
+			PERFORM frameq._queue_layers(edited);
+		END IF;
 		jobs := frameq._claim_jobs(ARRAY(SELECT DISTINCT x.job FROM frameq.dispatch_queue x
 										  WHERE x.layer OPERATOR(pg_catalog.=) ANY (emptied)));
 		DELETE FROM frameq.dispatch_queue q
@@ -141,7 +185,7 @@ BEGIN
 				SELECT x.ctid FROM frameq.dispatch_queue x
 				 WHERE x.layer OPERATOR(pg_catalog.=) ANY (emptied)
 				   AND x.job OPERATOR(pg_catalog.=) ANY (jobs) FOR UPDATE SKIP LOCKED))
-		   AND NOT frameq._row_has_waiting(q.layer, q.memory);
+		   AND (NOT frameq._row_has_waiting(q.layer, q.memory) OR NOT frameq._row_current(q));
 	END IF;
 	IF pg_catalog.cardinality(parked) OPERATOR(pg_catalog.>) 0 THEN
 		jobs := frameq._claim_jobs(ARRAY(SELECT DISTINCT x.job FROM frameq.dispatch_queue x
@@ -191,6 +235,730 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 							WHERE f.layer OPERATOR(pg_catalog.=) l.id
 							  AND f.state OPERATOR(pg_catalog.=) 'waiting' AND f.not_before IS NULL
 							  AND f.memory IS NOT NULL))))
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.submit(spec jsonb) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	show_id int;
+	folder_id int;
+	job_name text;
+	priority int;
+	max_retries int;
+	auto_eat bool;
+	max_cc int;
+	max_gpus int;
+	host_failure_limit int;
+	max_dead_frames int;
+	paused bool;
+	timeout int;
+	timeout_no_output int;
+	requeue jsonb;
+	layers jsonb;
+	layer jsonb;
+	path text;
+	i int;
+	l_name text[] := '{}';
+	l_command text[] := '{}';
+	l_range text[] := '{}';
+	l_min_cc int[] := '{}';
+	l_max_cc int[] := '{}';
+	l_threadable bool[] := '{}';
+	l_memory bigint[] := '{}';
+	l_gpus int[] := '{}';
+	l_gpu_memory bigint[] := '{}';
+	l_order int[] := '{}';
+	l_env jsonb[] := '{}';
+	l_tags jsonb[] := '{}';
+	l_limits jsonb[] := '{}';
+	l_chunk int[] := '{}';
+	l_after jsonb[] := '{}';
+	l_after_frames jsonb[] := '{}';
+	l_requeue jsonb[] := '{}';
+	l_count bigint[] := '{}';
+	l_timeout int[] := '{}';
+	l_timeout_no_output int[] := '{}';
+	l_progress_pattern text[] := '{}';
+	l_id bigint[] := '{}';
+	after_jobs bigint[];
+	unmet_jobs int;
+	write_order int[];
+	edge_bound bigint := 0;
+	spec_length int;
+	v jsonb;
+	n_frames bigint := 0;
+	n_layer bigint;
+	n_distinct bigint;
+	low int;
+	high int;
+	job_id bigint;
+	layer_id bigint;
+	lim text;
+	lim_id int;
+BEGIN
+	IF spec IS NULL OR jsonb_typeof(spec) <> 'object' THEN
+		RAISE EXCEPTION 'spec must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF pg_catalog.octet_length(spec::text) > 64 * 1024 * 1024 THEN
+		PERFORM frameq._too_big('spec', 'more than 64 MB');
+	END IF;
+	PERFORM frameq._spec_unknown(spec, ARRAY['show', 'folder', 'name', 'priority',
+		'max_retries', 'auto_eat', 'max_cores', 'max_gpus', 'paused', 'layers', 'after_jobs',
+		'timeout', 'timeout_no_output', 'host_failure_limit', 'max_dead_frames',
+		'requeue_exit_codes', 'requeue_delay', 'max_requeues', 'retry_delay'], 'spec');
+
+	v := frameq._spec_value(spec, 'show', 'spec', 'string');
+	IF v IS NULL THEN
+		RAISE EXCEPTION 'spec.show is required' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	SELECT s.id INTO show_id FROM frameq.show s WHERE s.name = v #>> '{}';
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'spec.show: show "%" does not exist', frameq._clip(v #>> '{}')
+			USING ERRCODE = 'undefined_object';
+	END IF;
+	/* a frameq_submit role submits to the shows granted to it only */
+	PERFORM frameq._authorize_show(show_id);
+
+	v := frameq._spec_value(spec, 'folder', 'spec', 'string');
+	IF v IS NOT NULL THEN
+		SELECT f.id INTO folder_id FROM frameq.folder f WHERE f.show = show_id AND f.name = v #>> '{}';
+		IF NOT FOUND THEN
+			RAISE EXCEPTION 'spec.folder: folder "%" does not exist in show "%"',
+				frameq._clip(v #>> '{}'), spec ->> 'show' USING ERRCODE = 'undefined_object';
+		END IF;
+	END IF;
+
+	v := frameq._spec_value(spec, 'name', 'spec', 'string');
+	IF v IS NULL OR v #>> '{}' = '' THEN
+		RAISE EXCEPTION 'spec.name is required' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	job_name := frameq._name(v #>> '{}', 'spec.name', 'job name', 200);
+	priority := frameq._spec_int(spec, 'priority', 'spec', 0, -1000000, 1000000);
+	max_retries := frameq._spec_int(spec, 'max_retries', 'spec', 3, 0, 1000);
+	auto_eat := frameq._spec_bool(spec, 'auto_eat', 'spec', false);
+	paused := frameq._spec_bool(spec, 'paused', 'spec', false);
+	max_cc := frameq._cc(frameq._spec_value(spec, 'max_cores', 'spec', 'number')::numeric,
+						 'spec.max_cores');
+	max_gpus := frameq._spec_int(spec, 'max_gpus', 'spec', NULL, 0, 100000);
+	/* absent: NULL, the default (src/limits.c) */
+	host_failure_limit := frameq._spec_int(spec, 'host_failure_limit', 'spec', NULL, 0, 1000);
+	max_dead_frames := frameq._spec_int(spec, 'max_dead_frames', 'spec', NULL, 1, 1000000);
+	after_jobs := frameq._spec_after_jobs(spec);
+	timeout := frameq._duration(spec -> 'timeout', 'spec.timeout');
+	timeout_no_output := frameq._duration(spec -> 'timeout_no_output', 'spec.timeout_no_output');
+	requeue := frameq._spec_requeue(spec, 'spec');
+
+	layers := frameq._spec_value(spec, 'layers', 'spec', 'array');
+	IF layers IS NULL OR jsonb_array_length(layers) = 0 THEN
+		RAISE EXCEPTION 'spec.layers must be a non-empty array' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF jsonb_array_length(layers) > 1000 THEN
+		PERFORM frameq._too_big('spec.layers',
+			pg_catalog.format('%s layers, at most 1000', jsonb_array_length(layers)));
+	END IF;
+
+	FOR i IN 0 .. jsonb_array_length(layers) - 1 LOOP
+		layer := layers -> i;
+		path := format('spec.layers[%s]', i);
+		IF jsonb_typeof(layer) <> 'object' THEN
+			RAISE EXCEPTION '% must be an object', path USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		PERFORM frameq._spec_unknown(layer, ARRAY['name', 'command', 'range', 'cores',
+			'cores_max', 'threadable', 'memory', 'gpus', 'gpu_memory', 'tags', 'limits',
+			'dispatch_order', 'env', 'chunk', 'after', 'after_frames', 'timeout',
+			'timeout_no_output', 'progress_pattern', 'requeue_exit_codes', 'requeue_delay',
+			'max_requeues', 'retry_delay'], path);
+
+		v := frameq._spec_value(layer, 'name', path, 'string');
+		IF v IS NULL OR v #>> '{}' = '' THEN
+			RAISE EXCEPTION '%.name is required', path USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		PERFORM frameq._name(v #>> '{}', path || '.name', 'layer name');
+		IF (v #>> '{}') = ANY (l_name) THEN
+			RAISE EXCEPTION '%.name "%" is used by an earlier layer', path, frameq._clip(v #>> '{}')
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		l_name := l_name || (v #>> '{}');
+
+		v := frameq._spec_value(layer, 'command', path, 'string');
+		IF v IS NULL OR btrim(v #>> '{}') = '' THEN
+			RAISE EXCEPTION '%.command is required', path USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		l_command := l_command || (v #>> '{}');
+
+		v := frameq._spec_value(layer, 'range', path, 'string');
+		IF v IS NULL THEN
+			RAISE EXCEPTION '%.range is required', path USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		l_range := l_range || (v #>> '{}');
+		/* parse now, so that a bad range fails before anything is written */
+		SELECT count(*), count(DISTINCT n), min(n), max(n) INTO n_layer, n_distinct, low, high
+		  FROM frameq._frame_numbers(v #>> '{}', path || '.range') n;
+		n_frames := n_frames + n_layer;
+		l_count := l_count || n_layer;
+		/* frame numbers per task; a chunk past the layer's frames is one task */
+		l_chunk := l_chunk || frameq._spec_int(layer, 'chunk', path, 1, 1, 100000);
+		spec_length := NULL;
+		IF l_chunk[i + 1] > 1 AND pg_catalog.strpos(l_command[i + 1], '#FRAMESPEC#') > 0 THEN
+			SELECT max(pg_catalog.octet_length(frameq._frame_spec(t.first, t.numbers)))
+			  INTO spec_length
+			  FROM frameq._frame_tasks(v #>> '{}', path || '.range', l_chunk[i + 1]) t;
+		END IF;
+		PERFORM frameq._check_command(l_command[i + 1], path, job_name, l_name[i + 1], low, high,
+									  spec_length);
+		IF n_layer <> n_distinct THEN
+			RAISE EXCEPTION '%.range lists a frame more than once', path
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+
+		l_min_cc := l_min_cc || coalesce(frameq._cc(frameq._spec_value(layer, 'cores', path, 'number')::numeric,
+													path || '.cores', false, 100000), 100);
+		l_threadable := l_threadable || frameq._spec_bool(layer, 'threadable', path, false);
+		v := frameq._spec_value(layer, 'cores_max', path, 'number');
+		IF v IS NULL THEN
+			l_max_cc := l_max_cc || l_min_cc[i + 1];
+		ELSE
+			l_max_cc := l_max_cc || frameq._cc(v::numeric, path || '.cores_max', false, 100000);
+			IF l_max_cc[i + 1] < l_min_cc[i + 1] THEN
+				RAISE EXCEPTION '%.cores_max must not be below %.cores', path, path
+					USING ERRCODE = 'invalid_parameter_value';
+			END IF;
+			IF l_max_cc[i + 1] > l_min_cc[i + 1] AND NOT l_threadable[i + 1] THEN
+				RAISE EXCEPTION '%.cores_max above %.cores needs "threadable": true', path, path
+					USING ERRCODE = 'invalid_parameter_value';
+			END IF;
+		END IF;
+		l_memory := l_memory || frameq._spec_size(layer, 'memory', path);
+		l_gpus := l_gpus || frameq._spec_int(layer, 'gpus', path, 0, 0, 1024);
+		l_gpu_memory := l_gpu_memory || frameq._spec_size(layer, 'gpu_memory', path);
+		l_order := l_order || frameq._spec_int(layer, 'dispatch_order', path, i, -1000000, 1000000);
+		l_tags := l_tags || to_jsonb(frameq._tags(frameq._spec_tags(layer, 'tags', path), path || '.tags'));
+		l_env := l_env || frameq._check_env(frameq._spec_value(layer, 'env', path, 'object'), path);
+		l_timeout := l_timeout || frameq._duration(layer -> 'timeout', path || '.timeout');
+		l_timeout_no_output := l_timeout_no_output
+			|| frameq._duration(layer -> 'timeout_no_output', path || '.timeout_no_output');
+		l_progress_pattern := l_progress_pattern || frameq._progress_pattern(layer, path);
+		l_limits := l_limits || to_jsonb(frameq._spec_tags(layer, 'limits', path));
+		l_requeue := l_requeue || frameq._spec_requeue(layer, path);
+		l_after := l_after || to_jsonb(frameq._spec_tags(layer, 'after', path));
+		/* a layer waited for whole is not waited for frame by frame as well */
+		l_after_frames := l_after_frames || to_jsonb(ARRAY(
+			SELECT a FROM unnest(frameq._spec_tags(layer, 'after_frames', path)) a
+			 WHERE NOT l_after[i + 1] ? a));
+		edge_bound := edge_bound + n_layer * jsonb_array_length(l_after_frames[i + 1]);
+		IF jsonb_array_length(l_limits[i + 1]) > 12 THEN
+			PERFORM frameq._too_big(path || '.limits',
+				pg_catalog.format('%s limits, at most 12', jsonb_array_length(l_limits[i + 1])));
+		END IF;
+		FOR lim IN SELECT jsonb_array_elements_text(l_limits[i + 1]) LOOP
+			IF NOT EXISTS (SELECT 1 FROM frameq.limits lm WHERE lm.name = lim) THEN
+				RAISE EXCEPTION '%.limits: limit "%" does not exist', path, frameq._clip(lim)
+					USING ERRCODE = 'undefined_object';
+			END IF;
+		END LOOP;
+	END LOOP;
+	IF n_frames > 1000000 THEN
+		PERFORM frameq._too_big('spec.layers', 'more than 1000000 frames in all');
+	END IF;
+	/* dependencies: names known, no cycle, and a bound on frame-by-frame edges */
+	write_order := frameq._layer_order(l_name, l_after, l_after_frames);
+	IF edge_bound > frameq._max_frame_edges() THEN
+		PERFORM frameq._too_big('spec.layers', pg_catalog.format(
+			'up to %s frame-by-frame dependencies (frames times after_frames layers), at most %s',
+			edge_bound, frameq._max_frame_edges()));
+	END IF;
+
+	/* everything checked: write */
+	INSERT INTO frameq.job AS j (show, folder, name, priority, max_retries, auto_eat,
+							max_cc, max_gpus, state, timeout, timeout_no_output,
+							requeue_exit_codes, requeue_delay, max_requeues, retry_delay,
+							host_failure_limit, max_dead_frames)
+	VALUES (show_id, folder_id, job_name, priority, max_retries, auto_eat,
+			max_cc, max_gpus, CASE WHEN paused THEN 'paused' ELSE 'active' END,
+			timeout, timeout_no_output,
+			frameq._requeue_codes(requeue), (requeue ->> 'requeue_delay')::int,
+			(requeue ->> 'max_requeues')::int, (requeue ->> 'retry_delay')::int,
+			host_failure_limit, max_dead_frames)
+	RETURNING j.id INTO job_id;
+
+	unmet_jobs := frameq._submit_job_depends(job_id, after_jobs);
+
+	FOR i IN 1 .. array_length(l_name, 1) LOOP
+		INSERT INTO frameq.layer (job, name, command, dispatch_order, min_cc, max_cc,
+								  threadable, memory, gpus, gpu_memory, tags, env, deps_left,
+								  timeout, timeout_no_output, progress_pattern,
+								  requeue_exit_codes, requeue_delay, max_requeues, retry_delay, chunk)
+		VALUES (job_id, l_name[i], l_command[i], l_order[i], l_min_cc[i], l_max_cc[i],
+				l_threadable[i], l_memory[i], l_gpus[i], l_gpu_memory[i],
+				ARRAY(SELECT jsonb_array_elements_text(l_tags[i])), l_env[i],
+				unmet_jobs + jsonb_array_length(l_after[i]),
+				l_timeout[i], l_timeout_no_output[i], l_progress_pattern[i],
+				frameq._requeue_codes(l_requeue[i]), (l_requeue[i] ->> 'requeue_delay')::int,
+				(l_requeue[i] ->> 'max_requeues')::int, (l_requeue[i] ->> 'retry_delay')::int,
+				l_chunk[i])
+		RETURNING layer.id INTO layer_id;
+		l_id := l_id || layer_id;
+		INSERT INTO frameq.layer_limit (layer, limit_id)
+		SELECT layer_id, lm.id FROM frameq.limits lm
+		 WHERE lm.name IN (SELECT jsonb_array_elements_text(l_limits[i]));
+	END LOOP;
+	/* layer on layer: a dependency row each */
+	INSERT INTO frameq.depend (kind, job, layer, on_job, on_layer)
+	SELECT 'layer', job_id, l_id[x], job_id, l_id[array_position(l_name, a)]
+	  FROM generate_series(1, array_length(l_name, 1)) x
+	 CROSS JOIN LATERAL jsonb_array_elements_text(l_after[x]) a;
+	/* frame by frame into an unchunked layer: a row per layer waited for */
+	INSERT INTO frameq.depend (kind, job, layer, on_job, on_layer)
+	SELECT DISTINCT 'frames', job_id, l_id[x], job_id, l_id[array_position(l_name, a)]
+	  FROM generate_series(1, array_length(l_name, 1)) x
+	 CROSS JOIN LATERAL jsonb_array_elements_text(l_after_frames[x]) a
+	 WHERE l_chunk[x] = 1;
+	/* the tasks, every layer after those it waits for frame by frame */
+	FOREACH i IN ARRAY write_order LOOP
+		PERFORM frameq._insert_tasks(job_id, l_id[i], l_range[i], l_chunk[i],
+			unmet_jobs + jsonb_array_length(l_after[i]) > 0,
+			EXISTS (SELECT 1 FROM generate_series(1, array_length(l_name, 1)) x
+					 WHERE l_after[x] ? l_name[i] OR (l_after_frames[x] ? l_name[i] AND l_chunk[x] > 1)),
+			ARRAY(SELECT l_id[array_position(l_name, a)]
+					FROM jsonb_array_elements_text(l_after_frames[i]) a),
+			ARRAY(SELECT l_range[array_position(l_name, a)] = l_range[i]
+					FROM jsonb_array_elements_text(l_after_frames[i]) a));
+	END LOOP;
+	PERFORM frameq._announce_job_ready(job_id);
+	RETURN job_id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.set_job(job bigint, priority int DEFAULT NULL,
+							   max_cores numeric DEFAULT NULL, max_gpus int DEFAULT NULL,
+							   paused bool DEFAULT NULL, clear_caps bool DEFAULT false)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	changes jsonb := '{}';
+BEGIN
+	PERFORM frameq._authorize_job(job);
+	PERFORM frameq._cc(max_cores, 'max_cores');
+	PERFORM frameq._nonneg(max_gpus, 'max_gpus', 100000);
+	IF priority NOT BETWEEN -1000000 AND 1000000 THEN
+		RAISE EXCEPTION 'priority must be from -1000000 to 1000000, not %', priority
+			USING ERRCODE = CASE WHEN priority > 0 THEN 'program_limit_exceeded'
+								 ELSE 'invalid_parameter_value' END;
+	END IF;
+	PERFORM frameq._not_null(clear_caps, 'clear_caps');
+	IF priority IS NOT NULL THEN
+		changes := changes || jsonb_build_object('priority', priority);
+	END IF;
+	IF clear_caps OR max_cores IS NOT NULL THEN
+		changes := changes || jsonb_build_object('max_cores', max_cores);
+	END IF;
+	IF clear_caps OR max_gpus IS NOT NULL THEN
+		changes := changes || jsonb_build_object('max_gpus', max_gpus);
+	END IF;
+	IF paused IS NOT NULL THEN
+		changes := changes || jsonb_build_object('paused', paused);
+	END IF;
+	PERFORM frameq.set_job(frameq._not_null(job, 'job'), changes);
+END
+$$;
+
+CREATE FUNCTION frameq.set_job(job bigint, changes jsonb) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	j frameq.job;
+	v_priority int;
+	v_max_retries int;
+	v_auto_eat bool;
+	v_paused bool;
+	v_max_cc int;
+	v_max_gpus int;
+	v_host_failure_limit int;
+	v_max_dead_frames int;
+	v_timeout int;
+	v_timeout_no_output int;
+	requeue jsonb;
+	caps_changed bool;
+	was_paused bool;
+BEGIN
+	PERFORM frameq._authorize_job(job);
+	PERFORM frameq._not_null(job, 'job');
+	IF changes IS NULL OR jsonb_typeof(changes) <> 'object' THEN
+		RAISE EXCEPTION 'changes must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF pg_catalog.octet_length(changes::text) > 65536 THEN
+		PERFORM frameq._too_big('changes', 'more than 65536 bytes');
+	END IF;
+	PERFORM frameq._spec_unknown(changes, ARRAY['priority', 'max_retries', 'auto_eat', 'max_cores',
+		'max_gpus', 'paused', 'timeout', 'timeout_no_output', 'host_failure_limit',
+		'max_dead_frames', 'requeue_exit_codes', 'requeue_delay', 'max_requeues', 'retry_delay'],
+		'changes');
+	v_priority := frameq._spec_int(changes, 'priority', 'changes', 0, -1000000, 1000000);
+	v_max_retries := frameq._spec_int(changes, 'max_retries', 'changes', 3, 0, 1000);
+	v_auto_eat := frameq._spec_bool(changes, 'auto_eat', 'changes', false);
+	v_paused := frameq._spec_bool(changes, 'paused', 'changes', false);
+	v_max_cc := frameq._cc(frameq._spec_value(changes, 'max_cores', 'changes', 'number')::numeric,
+						   'changes.max_cores');
+	v_max_gpus := frameq._spec_int(changes, 'max_gpus', 'changes', NULL, 0, 100000);
+	v_host_failure_limit := frameq._spec_int(changes, 'host_failure_limit', 'changes', NULL, 0, 1000);
+	v_max_dead_frames := frameq._spec_int(changes, 'max_dead_frames', 'changes', NULL, 1, 1000000);
+	v_timeout := frameq._duration(changes -> 'timeout', 'changes.timeout');
+	v_timeout_no_output := frameq._duration(changes -> 'timeout_no_output', 'changes.timeout_no_output');
+	requeue := frameq._spec_requeue(changes, 'changes');
+	caps_changed := changes ?| ARRAY['max_cores', 'max_gpus'];
+
+	SELECT * INTO j FROM frameq.job x WHERE x.id = set_job.job FOR NO KEY UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	was_paused := j.state = 'paused';
+	IF changes ? 'paused' AND j.state IN ('finished', 'killed') THEN
+		RAISE EXCEPTION 'job % is %: it cannot be paused or resumed', job, j.state
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	UPDATE frameq.job x SET
+		priority = CASE WHEN changes ? 'priority' THEN v_priority ELSE x.priority END,
+		max_retries = CASE WHEN changes ? 'max_retries' THEN v_max_retries ELSE x.max_retries END,
+		auto_eat = CASE WHEN changes ? 'auto_eat' THEN v_auto_eat ELSE x.auto_eat END,
+		max_cc = CASE WHEN changes ? 'max_cores' THEN v_max_cc ELSE x.max_cc END,
+		max_gpus = CASE WHEN changes ? 'max_gpus' THEN v_max_gpus ELSE x.max_gpus END,
+		state = CASE WHEN NOT changes ? 'paused' THEN x.state
+					 WHEN v_paused THEN 'paused' ELSE 'active' END,
+		/* the job's own reason for a pause goes with any pause or resume */
+		paused_reason = CASE WHEN NOT changes ? 'paused' THEN x.paused_reason END,
+		timeout = CASE WHEN changes ? 'timeout' THEN v_timeout ELSE x.timeout END,
+		timeout_no_output = CASE WHEN changes ? 'timeout_no_output' THEN v_timeout_no_output
+								 ELSE x.timeout_no_output END,
+		host_failure_limit = CASE WHEN changes ? 'host_failure_limit' THEN v_host_failure_limit
+								  ELSE x.host_failure_limit END,
+		max_dead_frames = CASE WHEN changes ? 'max_dead_frames' THEN v_max_dead_frames
+							   ELSE x.max_dead_frames END,
+		requeue_exit_codes = CASE WHEN changes ? 'requeue_exit_codes'
+								  THEN frameq._requeue_codes(requeue) ELSE x.requeue_exit_codes END,
+		requeue_delay = CASE WHEN changes ? 'requeue_delay' THEN (requeue ->> 'requeue_delay')::int
+							 ELSE x.requeue_delay END,
+		max_requeues = CASE WHEN changes ? 'max_requeues' THEN (requeue ->> 'max_requeues')::int
+							ELSE x.max_requeues END,
+		retry_delay = CASE WHEN changes ? 'retry_delay' THEN (requeue ->> 'retry_delay')::int
+						   ELSE x.retry_delay END,
+		caps_changed_at = CASE WHEN caps_changed THEN clock_timestamp() ELSE x.caps_changed_at END
+	 WHERE x.id = set_job.job
+	RETURNING * INTO j;
+	IF caps_changed THEN
+		PERFORM pg_notify('frameq_limit', json_build_object(
+			'kind', 'job', 'id', job, 'max_cores', j.max_cc / 100.0, 'max_gpus', j.max_gpus)::text);
+	END IF;
+	IF was_paused AND j.state = 'active' THEN
+		PERFORM frameq._announce_job_ready(j.id);
+	END IF;
+END
+$$;
+
+CREATE FUNCTION frameq._edited_layer(l frameq.layer, changes jsonb, job_name text)
+RETURNS frameq.layer LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	p constant text := 'changes';
+	n frameq.layer := l;
+	v jsonb;
+	requeue jsonb := frameq._spec_requeue(changes, p);
+	low int;
+	high int;
+	spec_length int;
+BEGIN
+	IF changes ? 'threadable' THEN
+		n.threadable := frameq._spec_bool(changes, 'threadable', p, false);
+	END IF;
+	IF changes ? 'cores' THEN
+		n.min_cc := coalesce(frameq._cc(frameq._spec_value(changes, 'cores', p, 'number')::numeric,
+										'changes.cores', false, 100000), 100);
+	END IF;
+	v := frameq._spec_value(changes, 'cores_max', p, 'number');
+	IF v IS NOT NULL THEN
+		n.max_cc := frameq._cc(v::numeric, 'changes.cores_max', false, 100000);
+		IF n.max_cc < n.min_cc THEN
+			RAISE EXCEPTION 'changes.cores_max must not be below the layer''s cores'
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		IF n.max_cc > n.min_cc AND NOT n.threadable THEN
+			RAISE EXCEPTION 'changes.cores_max above the layer''s cores needs "threadable": true'
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+	ELSIF changes ? 'cores_max' OR NOT n.threadable THEN
+		n.max_cc := n.min_cc;
+	ELSE
+		n.max_cc := greatest(n.max_cc, n.min_cc);
+	END IF;
+	IF changes ? 'memory' THEN
+		n.memory := frameq._spec_size(changes, 'memory', p);
+	END IF;
+	IF changes ? 'gpus' THEN
+		n.gpus := frameq._spec_int(changes, 'gpus', p, 0, 0, 1024);
+	END IF;
+	IF changes ? 'gpu_memory' THEN
+		n.gpu_memory := frameq._spec_size(changes, 'gpu_memory', p);
+	END IF;
+	IF changes ? 'dispatch_order' THEN
+		/* submit's default: the layer's place in its job */
+		n.dispatch_order := frameq._spec_int(changes, 'dispatch_order', p,
+			(SELECT count(*)::int FROM frameq.layer x WHERE x.job = l.job AND x.id < l.id),
+			-1000000, 1000000);
+	END IF;
+	IF changes ? 'tags' THEN
+		n.tags := frameq._tags(frameq._spec_tags(changes, 'tags', p), 'changes.tags');
+	END IF;
+	IF changes ? 'env' THEN
+		n.env := frameq._check_env(frameq._spec_value(changes, 'env', p, 'object'), p);
+	END IF;
+	IF changes ? 'timeout' THEN
+		n.timeout := frameq._duration(changes -> 'timeout', 'changes.timeout');
+	END IF;
+	IF changes ? 'timeout_no_output' THEN
+		n.timeout_no_output := frameq._duration(changes -> 'timeout_no_output',
+												'changes.timeout_no_output');
+	END IF;
+	IF changes ? 'progress_pattern' THEN
+		n.progress_pattern := frameq._progress_pattern(changes, p);
+	END IF;
+	IF changes ? 'requeue_exit_codes' THEN
+		n.requeue_exit_codes := frameq._requeue_codes(requeue);
+	END IF;
+	IF changes ? 'requeue_delay' THEN
+		n.requeue_delay := (requeue ->> 'requeue_delay')::int;
+	END IF;
+	IF changes ? 'max_requeues' THEN
+		n.max_requeues := (requeue ->> 'max_requeues')::int;
+	END IF;
+	IF changes ? 'retry_delay' THEN
+		n.retry_delay := (requeue ->> 'retry_delay')::int;
+	END IF;
+	IF changes ? 'paused' THEN
+		n.paused := frameq._spec_bool(changes, 'paused', p, false);
+	END IF;
+	IF changes ? 'command' THEN
+		v := frameq._spec_value(changes, 'command', p, 'string');
+		IF v IS NULL OR btrim(v #>> '{}') = '' THEN
+			RAISE EXCEPTION 'changes.command must be a non-empty string'
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		n.command := v #>> '{}';
+		SELECT min(x.n), max(x.n) INTO low, high
+		  FROM frameq.frame f CROSS JOIN LATERAL unnest(coalesce(f.numbers, ARRAY[f.number])) x(n)
+		 WHERE f.layer = l.id;
+		IF l.chunk > 1 AND strpos(n.command, '#FRAMESPEC#') > 0 THEN
+			SELECT max(octet_length(frameq._frame_spec(f.number, f.numbers))) INTO spec_length
+			  FROM frameq.frame f WHERE f.layer = l.id;
+		END IF;
+		PERFORM frameq._check_command(n.command, p, job_name, l.name, low, high, spec_length);
+	END IF;
+	RETURN n;
+END
+$$;
+
+CREATE FUNCTION frameq._edited_limits(changes jsonb) RETURNS int[]
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	names text[];
+	lim text;
+BEGIN
+	IF NOT changes ? 'limits' THEN
+		RETURN NULL;
+	END IF;
+	names := frameq._spec_tags(changes, 'limits', 'changes');
+	IF cardinality(names) > 12 THEN
+		PERFORM frameq._too_big('changes.limits',
+			pg_catalog.format('%s limits, at most 12', cardinality(names)));
+	END IF;
+	FOREACH lim IN ARRAY names LOOP
+		IF NOT EXISTS (SELECT 1 FROM frameq.limits lm WHERE lm.name = lim) THEN
+			RAISE EXCEPTION 'changes.limits: limit "%" does not exist', frameq._clip(lim)
+				USING ERRCODE = 'undefined_object';
+		END IF;
+	END LOOP;
+	RETURN ARRAY(SELECT lm.id FROM frameq.limits lm WHERE lm.name = ANY (names) ORDER BY lm.id);
+END
+$$;
+
+CREATE FUNCTION frameq._edit_lock(job bigint, layer text, what text) RETURNS frameq.layer
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	j frameq.job;
+	l frameq.layer;
+BEGIN
+	PERFORM frameq._not_null(job, 'job');
+	PERFORM frameq._not_null(layer, 'layer');
+	IF current_setting('transaction_isolation') <> 'read committed' THEN
+		RAISE EXCEPTION '% must run in a READ COMMITTED transaction', what
+			USING ERRCODE = 'feature_not_supported',
+				  HINT = 'A transaction snapshot taken earlier may miss tasks made waiting since.';
+	END IF;
+	PERFORM frameq._authorize_job(job);
+	PERFORM frameq._lock_job(job);
+	SELECT * INTO j FROM frameq.job x WHERE x.id = _edit_lock.job;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	IF j.state = 'killed' THEN
+		RAISE EXCEPTION 'job % is killed: % refuses it', job, what
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	SELECT * INTO l FROM frameq.layer x WHERE x.job = _edit_lock.job AND x.name = _edit_lock.layer;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'layer "%" does not exist in job %', frameq._clip(layer), job
+			USING ERRCODE = 'undefined_object';
+	END IF;
+	RETURN l;
+END
+$$;
+
+CREATE FUNCTION frameq.set_layer(job bigint, layer text, changes jsonb) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	j frameq.job;
+	o frameq.layer;
+	n frameq.layer;
+	limit_ids int[];
+	low int;
+BEGIN
+	IF changes IS NULL OR jsonb_typeof(changes) <> 'object' THEN
+		RAISE EXCEPTION 'changes must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF pg_catalog.octet_length(changes::text) > 262144 THEN
+		PERFORM frameq._too_big('changes', 'more than 262144 bytes');
+	END IF;
+	IF changes ?| ARRAY['name', 'range', 'chunk', 'after', 'after_frames'] THEN
+		RAISE EXCEPTION 'changes.% cannot be edited', (SELECT k FROM jsonb_object_keys(changes) k
+			WHERE k IN ('name', 'range', 'chunk', 'after', 'after_frames') ORDER BY 1 LIMIT 1)
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'New frames: add_frames. Dependencies: depend_job, drop_depends.';
+	END IF;
+	PERFORM frameq._spec_unknown(changes, ARRAY['command', 'cores', 'cores_max', 'threadable',
+		'memory', 'gpus', 'gpu_memory', 'tags', 'limits', 'dispatch_order', 'env', 'timeout',
+		'timeout_no_output', 'progress_pattern', 'requeue_exit_codes', 'requeue_delay',
+		'max_requeues', 'retry_delay', 'paused'], 'changes');
+	o := frameq._edit_lock(job, layer, 'set_layer');
+	SELECT * INTO j FROM frameq.job x WHERE x.id = o.job;
+	n := frameq._edited_layer(o, changes, j.name);
+	limit_ids := frameq._edited_limits(changes);
+	/*
+	 * Tasks an OOM raised to no more than the layer's new memory: back to
+	 * the layer's.  Before the layer's row is locked: a release holding
+	 * such a task may be waiting to read the layer (the gate).
+	 */
+	IF n.memory > o.memory THEN
+		WITH back AS (
+				UPDATE frameq.frame f SET memory = NULL
+				 WHERE f.layer = o.id AND f.memory IS NOT NULL AND f.memory <= n.memory
+				RETURNING f.number, f.state, f.not_before)
+		SELECT min(b.number) INTO low FROM back b WHERE b.state = 'waiting' AND b.not_before IS NULL;
+		IF low IS NOT NULL THEN
+			PERFORM frameq._frame_waiting(o.id, low);
+		END IF;
+	END IF;
+	SELECT x.* INTO o FROM frameq.layer x WHERE x.id = o.id FOR NO KEY UPDATE;
+	UPDATE frameq.layer x SET
+		command = n.command, dispatch_order = n.dispatch_order, min_cc = n.min_cc,
+		max_cc = n.max_cc, threadable = n.threadable, memory = n.memory, gpus = n.gpus,
+		gpu_memory = n.gpu_memory, tags = n.tags, env = n.env, timeout = n.timeout,
+		timeout_no_output = n.timeout_no_output, progress_pattern = n.progress_pattern,
+		requeue_exit_codes = n.requeue_exit_codes, requeue_delay = n.requeue_delay,
+		max_requeues = n.max_requeues, retry_delay = n.retry_delay, paused = n.paused
+	 WHERE x.id = o.id;
+	IF limit_ids IS NOT NULL THEN
+		DELETE FROM frameq.layer_limit ll WHERE ll.layer = o.id AND ll.limit_id <> ALL (limit_ids);
+		INSERT INTO frameq.layer_limit (layer, limit_id)
+		SELECT o.id, x FROM unnest(limit_ids) x
+		 WHERE NOT EXISTS (SELECT 1 FROM frameq.layer_limit ll WHERE ll.layer = o.id AND ll.limit_id = x);
+	END IF;
+	/*
+	 * Whatever the job's state but finished: a resume in flight cannot
+	 * see this change, and queues the layer's old values
+	 */
+	IF j.state <> 'finished' AND NOT n.paused
+	   AND (o.paused OR low IS NOT NULL
+			OR (o.min_cc, o.memory, o.gpus, o.gpu_memory, o.tags, o.dispatch_order)
+			   IS DISTINCT FROM (n.min_cc, n.memory, n.gpus, n.gpu_memory, n.tags, n.dispatch_order)) THEN
+		PERFORM frameq._queue_layers(ARRAY[o.id]);
+		PERFORM frameq._announce_ready(j.id, o.id, (SELECT count(*) FROM frameq.frame f
+			WHERE f.layer = o.id AND f.state = 'waiting' AND f.not_before IS NULL));
+	END IF;
+END
+$$;
+
+CREATE FUNCTION frameq.add_frames(job bigint, layer text, range text) RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	j frameq.job;
+	l frameq.layer;
+	n_new bigint;
+	n_distinct bigint;
+	low int;
+	high int;
+	taken int;
+	prereq bool;
+	spec_length int;
+	added int;
+BEGIN
+	l := frameq._edit_lock(job, layer, 'add_frames');
+	SELECT * INTO j FROM frameq.job x WHERE x.id = l.job;
+	SELECT count(*), count(DISTINCT x), min(x), max(x) INTO n_new, n_distinct, low, high
+	  FROM frameq._frame_numbers(range, 'range') x;
+	IF n_new <> n_distinct THEN
+		RAISE EXCEPTION 'range lists a frame more than once' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	SELECT min(x.n) INTO taken
+	  FROM frameq.frame f CROSS JOIN LATERAL unnest(coalesce(f.numbers, ARRAY[f.number])) x(n)
+	 WHERE f.layer = l.id AND x.n IN (SELECT frameq._frame_numbers(range, 'range'));
+	IF taken IS NOT NULL THEN
+		RAISE EXCEPTION 'range: frame % is in layer "%" of job % already', taken, frameq._clip(l.name), j.id
+			USING ERRCODE = 'unique_violation';
+	END IF;
+	IF (SELECT sum(coalesce(cardinality(f.numbers), 1)) FROM frameq.frame f WHERE f.job = j.id)
+	   + n_new > 1000000 THEN
+		PERFORM frameq._too_big('range', pg_catalog.format(
+			'job %s would have more than 1000000 frames in all', j.id));
+	END IF;
+	IF l.chunk > 1 AND strpos(l.command, '#FRAMESPEC#') > 0 THEN
+		SELECT max(octet_length(frameq._frame_spec(t.first, t.numbers))) INTO spec_length
+		  FROM frameq._frame_tasks(range, 'range', l.chunk) t;
+	END IF;
+	SELECT least(low, min(x.n)), greatest(high, max(x.n)) INTO low, high
+	  FROM frameq.frame f CROSS JOIN LATERAL unnest(coalesce(f.numbers, ARRAY[f.number])) x(n)
+	 WHERE f.layer = l.id;
+	IF frameq._expanded_length(l.command, j.name, l.name, low, high, spec_length) > 65536 THEN
+		PERFORM frameq._too_big('range', pg_catalog.format(
+			'layer "%s"''s command would be longer than 65536 bytes once its tokens are expanded',
+			frameq._clip(l.name)));
+	END IF;
+	/* lock order: dependency rows, then the layer's row, then tasks */
+	PERFORM 1 FROM frameq.depend d
+	  WHERE d.on_layer = l.id AND d.kind = 'layer' AND NOT d.satisfied ORDER BY d.id FOR UPDATE;
+	prereq := FOUND;
+	SELECT x.* INTO l FROM frameq.layer x WHERE x.id = l.id FOR NO KEY UPDATE;
+	IF EXISTS (SELECT 1 FROM frameq.depend d
+				WHERE d.kind = 'frames' AND (d.layer = l.id OR d.on_layer = l.id) AND NOT d.satisfied)
+	   OR EXISTS (SELECT 1 FROM frameq.frame f JOIN frameq.frame_depend fd ON fd.frame = f.id
+				   WHERE f.layer = l.id AND NOT fd.satisfied)
+	   OR EXISTS (SELECT 1 FROM frameq.frame f JOIN frameq.frame_depend fd ON fd.on_frame = f.id
+				   WHERE f.layer = l.id AND NOT fd.satisfied) THEN
+		RAISE EXCEPTION 'layer "%" of job % has frame-by-frame dependencies not yet met', frameq._clip(l.name), j.id
+			USING ERRCODE = 'feature_not_supported',
+				  HINT = 'add_frames cannot give new tasks their share of them; drop_depends drops them.';
+	END IF;
+	/* a release finishing the job waits for this, and then sees the new tasks */
+	SELECT * INTO j FROM frameq.job x WHERE x.id = j.id FOR NO KEY UPDATE;
+	IF j.state = 'finished' THEN
+		UPDATE frameq.job x SET state = 'active', finished_at = NULL WHERE x.id = j.id;
+	END IF;
+	PERFORM frameq._insert_tasks(j.id, l.id, range, l.chunk, l.deps_left > 0, prereq, '{}', '{}');
+	SELECT count(*), min(t.first) INTO added, low FROM frameq._frame_tasks(range, 'range', l.chunk) t;
+	IF l.deps_left = 0 THEN
+		PERFORM frameq._frame_waiting(l.id, low);
+		PERFORM frameq._announce_ready(j.id, l.id, added);
+	END IF;
+	RETURN added;
+END
 $$;
 
 CREATE FUNCTION frameq.report_log(host text, token text, epoch bigint, proc bigint, log text)
@@ -650,7 +1418,8 @@ BEGIN
 
 	/*
 	 * A row per tag, of the job's show, resources and size classes, at any
-	 * priority, unless the job or its folder is parked over its cap; and
+	 * priority, unless the job or its folder is parked over its cap or the
+	 * layer is paused (set_layer); and
 	 * every row's stream listed in dispatch_class, where reserve() looks
 	 * for the streams to read.
 	 */
@@ -663,7 +1432,7 @@ BEGIN
 	  LEFT JOIN frameq.folder fo ON fo.id = j.folder
 	 CROSS JOIN LATERAL unnest(CASE WHEN cardinality(l.tags) = 0 THEN ARRAY['']::text[]
 									ELSE l.tags END) t(tag)
-	 WHERE j.state = 'active'
+	 WHERE j.state = 'active' AND NOT l.paused
 	   AND NOT frameq._parked_over_cap(j.id, coalesce(j.max_cc, -1), coalesce(j.max_gpus, -1),
 									   j.folder, coalesce(fo.max_cc, -1), coalesce(fo.max_gpus, -1),
 									   l.min_cc, l.gpus)
@@ -691,7 +1460,7 @@ BEGIN
 							AND f.memory IS NOT NULL) r
 	 CROSS JOIN LATERAL unnest(CASE WHEN cardinality(l.tags) = 0 THEN ARRAY['']::text[]
 									ELSE l.tags END) t(tag)
-	 WHERE j.state = 'active'
+	 WHERE j.state = 'active' AND NOT l.paused
 	   AND NOT frameq._parked_over_cap(j.id, coalesce(j.max_cc, -1), coalesce(j.max_gpus, -1),
 									   j.folder, coalesce(fo.max_cc, -1), coalesce(fo.max_gpus, -1),
 									   l.min_cc, l.gpus)
@@ -856,6 +1625,13 @@ REVOKE ALL ON FUNCTION
 	frameq._queue_layers(bigint[], bigint, bigint),
 	frameq._layer_has_waiting(bigint),
 	frameq._row_has_waiting(bigint, bigint),
+	frameq._row_current(frameq.dispatch_queue),
+	frameq.set_job(bigint, jsonb),
+	frameq._edited_layer(frameq.layer, jsonb, text),
+	frameq._edited_limits(jsonb),
+	frameq._edit_lock(bigint, text, text),
+	frameq.set_layer(bigint, text, jsonb),
+	frameq.add_frames(bigint, text, text),
 	frameq.report_log(text, text, bigint, bigint, text),
 	frameq._move_frames(bigint[], text[], text),
 	frameq._bulk_layer(bigint, text),

@@ -150,7 +150,8 @@ BEGIN
 
 	/*
 	 * A row per tag, of the job's show, resources and size classes, at any
-	 * priority, unless the job or its folder is parked over its cap; and
+	 * priority, unless the job or its folder is parked over its cap or the
+	 * layer is paused (set_layer); and
 	 * every row's stream listed in dispatch_class, where reserve() looks
 	 * for the streams to read.
 	 */
@@ -163,7 +164,7 @@ BEGIN
 	  LEFT JOIN frameq.folder fo ON fo.id = j.folder
 	 CROSS JOIN LATERAL unnest(CASE WHEN cardinality(l.tags) = 0 THEN ARRAY['']::text[]
 									ELSE l.tags END) t(tag)
-	 WHERE j.state = 'active'
+	 WHERE j.state = 'active' AND NOT l.paused
 	   AND NOT frameq._parked_over_cap(j.id, coalesce(j.max_cc, -1), coalesce(j.max_gpus, -1),
 									   j.folder, coalesce(fo.max_cc, -1), coalesce(fo.max_gpus, -1),
 									   l.min_cc, l.gpus)
@@ -191,7 +192,7 @@ BEGIN
 							AND f.memory IS NOT NULL) r
 	 CROSS JOIN LATERAL unnest(CASE WHEN cardinality(l.tags) = 0 THEN ARRAY['']::text[]
 									ELSE l.tags END) t(tag)
-	 WHERE j.state = 'active'
+	 WHERE j.state = 'active' AND NOT l.paused
 	   AND NOT frameq._parked_over_cap(j.id, coalesce(j.max_cc, -1), coalesce(j.max_gpus, -1),
 									   j.folder, coalesce(fo.max_cc, -1), coalesce(fo.max_gpus, -1),
 									   l.min_cc, l.gpus)

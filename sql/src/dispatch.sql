@@ -93,9 +93,11 @@ CREATE FUNCTION frameq._cores_class(min_cc int) RETURNS smallint
  * own at that size, so a layer gets one more row per raised size that its
  * waiting tasks have (found in frame_raised), and raised_layer with
  * raised_memory queues one such row for a task this statement is making
- * waiting (the gate, which runs before its row is written).  A row
- * already there for the layer, tag, priority and memory is relied on
- * instead of writing another, so a layer whose tasks
+ * waiting (the gate, which runs before its row is written).  A paused
+ * layer (set_layer) gets no row.  A row already there for the layer, tag,
+ * priority and memory, with the layer's current minimums and dispatch
+ * order (set_layer changes them: a row of the old values is not relied
+ * on), is relied on instead of writing another, so a layer whose tasks
  * are freed one transaction at a time (a frame-by-frame dependent) keeps
  * one row, not one per task.  What keeps that row until this transaction
  * has committed (by when every tidy's snapshot sees the frame it made
@@ -126,6 +128,17 @@ BEGIN
 		held_layers := ARRAY(SELECT x.id FROM (SELECT l.id, l.job FROM frameq.layer l
 												WHERE l.id = ANY (all_layers) OFFSET 0) x
 							  WHERE frameq._hold_job(x.job));
+		/*
+		 * A layer whose job's lock is not to be had may be under an edit
+		 * (set_layer holds it in EXCLUSIVE): read it after the edit ends
+		 * (the statement below has a later snapshot), so as not to write
+		 * or rely on rows of its old values.  Rare: only while a tidy, a
+		 * depend_job or an edit of the job is in flight.
+		 */
+		IF cardinality(held_layers) < cardinality(all_layers) THEN
+			PERFORM 1 FROM frameq.layer l
+			  WHERE l.id = ANY (all_layers) AND l.id <> ALL (held_layers) ORDER BY l.id FOR SHARE;
+		END IF;
 	END IF;
 	WITH wanted AS (
 			SELECT l.id AS layer, l.memory FROM frameq.layer l WHERE l.id = ANY (layers)
@@ -136,10 +149,14 @@ BEGIN
 			UNION
 			SELECT raised_layer, raised_memory WHERE raised_layer IS NOT NULL),
 		 seen AS (
-			SELECT q.layer, q.tag, q.priority, q.memory FROM frameq.dispatch_queue q
+			SELECT q.layer, q.tag, q.priority, q.memory, q.min_cc, q.gpus, q.gpu_memory,
+				   q.dispatch_order
+			  FROM frameq.dispatch_queue q
 			 WHERE q.layer = ANY (held_layers)),
 		 held AS (
-			SELECT q.layer, q.tag, q.priority, q.memory FROM frameq.dispatch_queue q
+			SELECT q.layer, q.tag, q.priority, q.memory, q.min_cc, q.gpus, q.gpu_memory,
+				   q.dispatch_order
+			  FROM frameq.dispatch_queue q
 			 WHERE q.layer = ANY (all_layers) AND q.layer <> ALL (held_layers)
 			   FOR KEY SHARE OF q SKIP LOCKED),
 		 queued AS (
@@ -150,17 +167,21 @@ BEGIN
 				   l.id, l.min_cc, w.memory, l.gpus, l.gpu_memory,
 				   frameq._memory_class(w.memory), frameq._cores_class(l.min_cc)
 			  FROM wanted w
-			  JOIN frameq.layer l ON l.id = w.layer
+			  JOIN frameq.layer l ON l.id = w.layer AND NOT l.paused
 			  JOIN frameq.job j ON j.id = l.job
 			 CROSS JOIN LATERAL (SELECT DISTINCT x AS tag
 								   FROM unnest(CASE WHEN cardinality(l.tags) = 0
 													THEN ARRAY['']::text[] ELSE l.tags END) x) t
 			 WHERE NOT EXISTS (SELECT 1 FROM seen h
 								WHERE h.layer = l.id AND h.tag = t.tag AND h.priority = j.priority
-								  AND h.memory = w.memory)
+								  AND h.memory = w.memory AND h.min_cc = l.min_cc AND h.gpus = l.gpus
+								  AND h.gpu_memory = l.gpu_memory
+								  AND h.dispatch_order = l.dispatch_order)
 			   AND NOT EXISTS (SELECT 1 FROM held h
 								WHERE h.layer = l.id AND h.tag = t.tag AND h.priority = j.priority
-								  AND h.memory = w.memory)
+								  AND h.memory = w.memory AND h.min_cc = l.min_cc AND h.gpus = l.gpus
+								  AND h.gpu_memory = l.gpu_memory
+								  AND h.dispatch_order = l.dispatch_order)
 			RETURNING show, tag, gpu, mem_class, core_class)
 	INSERT INTO frameq.dispatch_class (show, tag, gpu, mem_class, core_class)
 	SELECT DISTINCT n.show, n.tag, n.gpu, n.mem_class, n.core_class
@@ -297,9 +318,32 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 /*
+ * Does a queue row still say what its layer is: the layer not paused, the
+ * row's tag one of the layer's ('' for none), its minimums and dispatch
+ * order the layer's (a raised size's row: any memory above the layer's)?
+ * set_layer changes these and queues the layer anew; reserve() passes
+ * over a row of a paused layer or of a tag the layer no longer has, and
+ * its tidy deletes the rows that are not current.
+ */
+CREATE FUNCTION frameq._row_current(q frameq.dispatch_queue) RETURNS bool
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT EXISTS (SELECT 1 FROM frameq.layer l
+					WHERE l.id OPERATOR(pg_catalog.=) q.layer AND NOT l.paused
+					  AND q.tag OPERATOR(pg_catalog.=) ANY (
+							CASE WHEN pg_catalog.cardinality(l.tags) OPERATOR(pg_catalog.=) 0
+								 THEN ARRAY['']::text[] ELSE l.tags END)
+					  AND q.min_cc OPERATOR(pg_catalog.=) l.min_cc
+					  AND q.memory OPERATOR(pg_catalog.>=) l.memory
+					  AND q.gpus OPERATOR(pg_catalog.=) l.gpus
+					  AND q.gpu_memory OPERATOR(pg_catalog.=) l.gpu_memory
+					  AND q.dispatch_order OPERATOR(pg_catalog.=) l.dispatch_order)
+$$;
+
+/*
  * reserve()'s tidying, at most once per call: rows it met that are stale
  * (the job is not active, or has another priority now: then its layers are
- * queued at the new one first), layers it found with no frame to take, and
+ * queued at the new one first), layers it found with no frame to take or
+ * with rows that no longer say what the layer is (_row_current), and
  * rows it found over a parked cap.  Each delete is one statement, so its
  * test and what it deletes share one snapshot (see the top of this file),
  * and takes only rows it can lock without waiting, of jobs whose dispatch
@@ -311,6 +355,7 @@ CREATE FUNCTION frameq._dispatch_tidy(stale tid[], emptied bigint[], parked tid[
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	jobs bigint[];
+	edited bigint[];
 BEGIN
 	IF pg_catalog.cardinality(stale) OPERATOR(pg_catalog.>) 0 THEN
 		PERFORM frameq._queue_layers(ARRAY(
@@ -330,6 +375,16 @@ BEGIN
 							  AND j.priority OPERATOR(pg_catalog.=) q.priority);
 	END IF;
 	IF pg_catalog.cardinality(emptied) OPERATOR(pg_catalog.>) 0 THEN
+		/*
+		 * Rows that no longer say what their layer is (set_layer): the
+		 * layer's current rows first, as for a stale priority above, so
+		 * that deleting them cannot leave a waiting layer without one
+		 */
+		edited := ARRAY(SELECT DISTINCT q.layer FROM frameq.dispatch_queue q
+						 WHERE q.layer OPERATOR(pg_catalog.=) ANY (emptied) AND NOT frameq._row_current(q));
+		IF pg_catalog.cardinality(edited) OPERATOR(pg_catalog.>) 0 THEN
+			PERFORM frameq._queue_layers(edited);
+		END IF;
 		jobs := frameq._claim_jobs(ARRAY(SELECT DISTINCT x.job FROM frameq.dispatch_queue x
 										  WHERE x.layer OPERATOR(pg_catalog.=) ANY (emptied)));
 		DELETE FROM frameq.dispatch_queue q
@@ -337,7 +392,7 @@ BEGIN
 				SELECT x.ctid FROM frameq.dispatch_queue x
 				 WHERE x.layer OPERATOR(pg_catalog.=) ANY (emptied)
 				   AND x.job OPERATOR(pg_catalog.=) ANY (jobs) FOR UPDATE SKIP LOCKED))
-		   AND NOT frameq._row_has_waiting(q.layer, q.memory);
+		   AND (NOT frameq._row_has_waiting(q.layer, q.memory) OR NOT frameq._row_current(q));
 	END IF;
 	IF pg_catalog.cardinality(parked) OPERATOR(pg_catalog.>) 0 THEN
 		jobs := frameq._claim_jobs(ARRAY(SELECT DISTINCT x.job FROM frameq.dispatch_queue x

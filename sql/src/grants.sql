@@ -64,6 +64,11 @@ GRANT EXECUTE ON FUNCTION
 	frameq.kill_job(bigint, text), frameq.depend_job(bigint, bigint),
 	frameq.drop_depends(bigint, text), frameq.unblock_host(bigint, text)
 	TO frameq_submit;
+/* editing what was submitted (submit.sql): the same roles as set_job */
+GRANT EXECUTE ON FUNCTION
+	frameq.set_job(bigint, jsonb), frameq.set_layer(bigint, text, jsonb),
+	frameq.add_frames(bigint, text, text)
+	TO frameq_admin, frameq_submit;
 /* _ledger_parked and _frame_spec: the views dispatch_parked and frames call them */
 GRANT EXECUTE ON FUNCTION frameq.check(), frameq.ledger(), frameq.worker_status(),
 	frameq.lease_period(), frameq._ledger_parked(), frameq._frame_spec(int, int[])

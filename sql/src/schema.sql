@@ -202,7 +202,14 @@ CREATE TABLE frameq.layer (
 									AND 255 OPERATOR(pg_catalog.>=) ALL (requeue_exit_codes)),
 	requeue_delay int CHECK (requeue_delay >= 0),
 	max_requeues int CHECK (max_requeues BETWEEN 0 AND 1000),
-	retry_delay int CHECK (retry_delay >= 0)
+	retry_delay int CHECK (retry_delay >= 0),
+	/*
+	 * A paused layer books nothing (set_layer): _queue_layers writes no
+	 * dispatch queue row for it, and reserve() takes a row of it for stale.
+	 */
+	paused		bool NOT NULL DEFAULT false,
+	/* frame numbers per task, as submitted (add_frames cuts new tasks so) */
+	chunk		int NOT NULL DEFAULT 1 CHECK (chunk BETWEEN 1 AND 100000)
 );
 CREATE INDEX layer_job ON frameq.layer (job, dispatch_order, id);
 

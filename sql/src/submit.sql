@@ -627,14 +627,15 @@ BEGIN
 		INSERT INTO frameq.layer (job, name, command, dispatch_order, min_cc, max_cc,
 								  threadable, memory, gpus, gpu_memory, tags, env, deps_left,
 								  timeout, timeout_no_output, progress_pattern,
-								  requeue_exit_codes, requeue_delay, max_requeues, retry_delay)
+								  requeue_exit_codes, requeue_delay, max_requeues, retry_delay, chunk)
 		VALUES (job_id, l_name[i], l_command[i], l_order[i], l_min_cc[i], l_max_cc[i],
 				l_threadable[i], l_memory[i], l_gpus[i], l_gpu_memory[i],
 				ARRAY(SELECT jsonb_array_elements_text(l_tags[i])), l_env[i],
 				unmet_jobs + jsonb_array_length(l_after[i]),
 				l_timeout[i], l_timeout_no_output[i], l_progress_pattern[i],
 				frameq._requeue_codes(l_requeue[i]), (l_requeue[i] ->> 'requeue_delay')::int,
-				(l_requeue[i] ->> 'max_requeues')::int, (l_requeue[i] ->> 'retry_delay')::int)
+				(l_requeue[i] ->> 'max_requeues')::int, (l_requeue[i] ->> 'retry_delay')::int,
+				l_chunk[i])
 		RETURNING layer.id INTO layer_id;
 		l_id := l_id || layer_id;
 		INSERT INTO frameq.layer_limit (layer, limit_id)
@@ -669,22 +670,20 @@ END
 $$;
 
 /*
- * Change a job's priority or caps, pause or resume it.  Like every job
- * control (operator.sql), it first asks whether the caller may act on the
- * job's show.
+ * Change a job's priority or caps, pause or resume it: the positional form
+ * of set_job(job, changes), which owns the logic.  Its arguments are
+ * checked here under their own names; NULL leaves a field as it is, and
+ * clear_caps sets both caps to the values given (NULL: no cap).
  */
 CREATE FUNCTION frameq.set_job(job bigint, priority int DEFAULT NULL,
 							   max_cores numeric DEFAULT NULL, max_gpus int DEFAULT NULL,
 							   paused bool DEFAULT NULL, clear_caps bool DEFAULT false)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-#variable_conflict use_column
 DECLARE
-	j frameq.job;
-	cap_cc int := frameq._cc(max_cores, 'max_cores');
-	caps_changed bool := clear_caps OR max_cores IS NOT NULL OR max_gpus IS NOT NULL;
-	was_paused bool;
+	changes jsonb := '{}';
 BEGIN
 	PERFORM frameq._authorize_job(job);
+	PERFORM frameq._cc(max_cores, 'max_cores');
 	PERFORM frameq._nonneg(max_gpus, 'max_gpus', 100000);
 	IF priority NOT BETWEEN -1000000 AND 1000000 THEN
 		RAISE EXCEPTION 'priority must be from -1000000 to 1000000, not %', priority
@@ -692,25 +691,118 @@ BEGIN
 								 ELSE 'invalid_parameter_value' END;
 	END IF;
 	PERFORM frameq._not_null(clear_caps, 'clear_caps');
-	SELECT * INTO j FROM frameq.job x WHERE x.id = frameq._not_null(set_job.job, 'job')
-	   FOR NO KEY UPDATE;
+	IF priority IS NOT NULL THEN
+		changes := changes || jsonb_build_object('priority', priority);
+	END IF;
+	IF clear_caps OR max_cores IS NOT NULL THEN
+		changes := changes || jsonb_build_object('max_cores', max_cores);
+	END IF;
+	IF clear_caps OR max_gpus IS NOT NULL THEN
+		changes := changes || jsonb_build_object('max_gpus', max_gpus);
+	END IF;
+	IF paused IS NOT NULL THEN
+		changes := changes || jsonb_build_object('paused', paused);
+	END IF;
+	PERFORM frameq.set_job(frameq._not_null(job, 'job'), changes);
+END
+$$;
+
+/*
+ * ---------------------------------------------------------------------
+ * Editing what was submitted (doc/reference.md, "Editing jobs and
+ * layers"): set_job(job, changes), set_layer, add_frames.  Every field is
+ * checked by the same function submit() checks it with, under the path
+ * "changes" (changes.memory), before anything is written.  JSON null
+ * gives a field its default: for a layer's field that has a job-level
+ * value, following the job again; for any other, submit's default.
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * A job's fields (submit's job-level fields but show, folder, name,
+ * layers and after_jobs), as the caller's JSON object gives them; a field
+ * left out stays as it is.  Pausing or resuming a finished or killed job
+ * is refused (55000).  The owner of every change to a job's fields.
+ */
+CREATE FUNCTION frameq.set_job(job bigint, changes jsonb) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	j frameq.job;
+	v_priority int;
+	v_max_retries int;
+	v_auto_eat bool;
+	v_paused bool;
+	v_max_cc int;
+	v_max_gpus int;
+	v_host_failure_limit int;
+	v_max_dead_frames int;
+	v_timeout int;
+	v_timeout_no_output int;
+	requeue jsonb;
+	caps_changed bool;
+	was_paused bool;
+BEGIN
+	PERFORM frameq._authorize_job(job);
+	PERFORM frameq._not_null(job, 'job');
+	IF changes IS NULL OR jsonb_typeof(changes) <> 'object' THEN
+		RAISE EXCEPTION 'changes must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF pg_catalog.octet_length(changes::text) > 65536 THEN
+		PERFORM frameq._too_big('changes', 'more than 65536 bytes');
+	END IF;
+	PERFORM frameq._spec_unknown(changes, ARRAY['priority', 'max_retries', 'auto_eat', 'max_cores',
+		'max_gpus', 'paused', 'timeout', 'timeout_no_output', 'host_failure_limit',
+		'max_dead_frames', 'requeue_exit_codes', 'requeue_delay', 'max_requeues', 'retry_delay'],
+		'changes');
+	v_priority := frameq._spec_int(changes, 'priority', 'changes', 0, -1000000, 1000000);
+	v_max_retries := frameq._spec_int(changes, 'max_retries', 'changes', 3, 0, 1000);
+	v_auto_eat := frameq._spec_bool(changes, 'auto_eat', 'changes', false);
+	v_paused := frameq._spec_bool(changes, 'paused', 'changes', false);
+	v_max_cc := frameq._cc(frameq._spec_value(changes, 'max_cores', 'changes', 'number')::numeric,
+						   'changes.max_cores');
+	v_max_gpus := frameq._spec_int(changes, 'max_gpus', 'changes', NULL, 0, 100000);
+	v_host_failure_limit := frameq._spec_int(changes, 'host_failure_limit', 'changes', NULL, 0, 1000);
+	v_max_dead_frames := frameq._spec_int(changes, 'max_dead_frames', 'changes', NULL, 1, 1000000);
+	v_timeout := frameq._duration(changes -> 'timeout', 'changes.timeout');
+	v_timeout_no_output := frameq._duration(changes -> 'timeout_no_output', 'changes.timeout_no_output');
+	requeue := frameq._spec_requeue(changes, 'changes');
+	caps_changed := changes ?| ARRAY['max_cores', 'max_gpus'];
+
+	SELECT * INTO j FROM frameq.job x WHERE x.id = set_job.job FOR NO KEY UPDATE;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
 	END IF;
 	was_paused := j.state = 'paused';
-	IF paused IS NOT NULL AND j.state IN ('finished', 'killed') THEN
+	IF changes ? 'paused' AND j.state IN ('finished', 'killed') THEN
 		RAISE EXCEPTION 'job % is %: it cannot be paused or resumed', job, j.state
 			USING ERRCODE = 'object_not_in_prerequisite_state';
 	END IF;
 	UPDATE frameq.job x SET
-		priority = coalesce(set_job.priority, x.priority),
-		max_cc = CASE WHEN clear_caps THEN cap_cc ELSE coalesce(cap_cc, x.max_cc) END,
-		max_gpus = CASE WHEN clear_caps THEN set_job.max_gpus
-						ELSE coalesce(set_job.max_gpus, x.max_gpus) END,
-		state = CASE WHEN set_job.paused IS NULL THEN x.state
-					 WHEN set_job.paused THEN 'paused' ELSE 'active' END,
+		priority = CASE WHEN changes ? 'priority' THEN v_priority ELSE x.priority END,
+		max_retries = CASE WHEN changes ? 'max_retries' THEN v_max_retries ELSE x.max_retries END,
+		auto_eat = CASE WHEN changes ? 'auto_eat' THEN v_auto_eat ELSE x.auto_eat END,
+		max_cc = CASE WHEN changes ? 'max_cores' THEN v_max_cc ELSE x.max_cc END,
+		max_gpus = CASE WHEN changes ? 'max_gpus' THEN v_max_gpus ELSE x.max_gpus END,
+		state = CASE WHEN NOT changes ? 'paused' THEN x.state
+					 WHEN v_paused THEN 'paused' ELSE 'active' END,
 		/* the job's own reason for a pause goes with any pause or resume */
-		paused_reason = CASE WHEN set_job.paused IS NULL THEN x.paused_reason END,
+		paused_reason = CASE WHEN NOT changes ? 'paused' THEN x.paused_reason END,
+		timeout = CASE WHEN changes ? 'timeout' THEN v_timeout ELSE x.timeout END,
+		timeout_no_output = CASE WHEN changes ? 'timeout_no_output' THEN v_timeout_no_output
+								 ELSE x.timeout_no_output END,
+		host_failure_limit = CASE WHEN changes ? 'host_failure_limit' THEN v_host_failure_limit
+								  ELSE x.host_failure_limit END,
+		max_dead_frames = CASE WHEN changes ? 'max_dead_frames' THEN v_max_dead_frames
+							   ELSE x.max_dead_frames END,
+		requeue_exit_codes = CASE WHEN changes ? 'requeue_exit_codes'
+								  THEN frameq._requeue_codes(requeue) ELSE x.requeue_exit_codes END,
+		requeue_delay = CASE WHEN changes ? 'requeue_delay' THEN (requeue ->> 'requeue_delay')::int
+							 ELSE x.requeue_delay END,
+		max_requeues = CASE WHEN changes ? 'max_requeues' THEN (requeue ->> 'max_requeues')::int
+							ELSE x.max_requeues END,
+		retry_delay = CASE WHEN changes ? 'retry_delay' THEN (requeue ->> 'retry_delay')::int
+						   ELSE x.retry_delay END,
 		caps_changed_at = CASE WHEN caps_changed THEN clock_timestamp() ELSE x.caps_changed_at END
 	 WHERE x.id = set_job.job
 	RETURNING * INTO j;
@@ -721,5 +813,349 @@ BEGIN
 	IF was_paused AND j.state = 'active' THEN
 		PERFORM frameq._announce_job_ready(j.id);
 	END IF;
+END
+$$;
+
+/*
+ * A layer as changes would leave it: each field changes gives checked as
+ * submit checks it (cores_max against cores and threadable as they will
+ * be; a threadable layer's cores_max left out rises with cores if need
+ * be), each it leaves out as it is.  The command is checked against every
+ * frame number the layer has.  Writes nothing.
+ */
+CREATE FUNCTION frameq._edited_layer(l frameq.layer, changes jsonb, job_name text)
+RETURNS frameq.layer LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	p constant text := 'changes';
+	n frameq.layer := l;
+	v jsonb;
+	requeue jsonb := frameq._spec_requeue(changes, p);
+	low int;
+	high int;
+	spec_length int;
+BEGIN
+	IF changes ? 'threadable' THEN
+		n.threadable := frameq._spec_bool(changes, 'threadable', p, false);
+	END IF;
+	IF changes ? 'cores' THEN
+		n.min_cc := coalesce(frameq._cc(frameq._spec_value(changes, 'cores', p, 'number')::numeric,
+										'changes.cores', false, 100000), 100);
+	END IF;
+	v := frameq._spec_value(changes, 'cores_max', p, 'number');
+	IF v IS NOT NULL THEN
+		n.max_cc := frameq._cc(v::numeric, 'changes.cores_max', false, 100000);
+		IF n.max_cc < n.min_cc THEN
+			RAISE EXCEPTION 'changes.cores_max must not be below the layer''s cores'
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		IF n.max_cc > n.min_cc AND NOT n.threadable THEN
+			RAISE EXCEPTION 'changes.cores_max above the layer''s cores needs "threadable": true'
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+	ELSIF changes ? 'cores_max' OR NOT n.threadable THEN
+		n.max_cc := n.min_cc;
+	ELSE
+		n.max_cc := greatest(n.max_cc, n.min_cc);
+	END IF;
+	IF changes ? 'memory' THEN
+		n.memory := frameq._spec_size(changes, 'memory', p);
+	END IF;
+	IF changes ? 'gpus' THEN
+		n.gpus := frameq._spec_int(changes, 'gpus', p, 0, 0, 1024);
+	END IF;
+	IF changes ? 'gpu_memory' THEN
+		n.gpu_memory := frameq._spec_size(changes, 'gpu_memory', p);
+	END IF;
+	IF changes ? 'dispatch_order' THEN
+		/* submit's default: the layer's place in its job */
+		n.dispatch_order := frameq._spec_int(changes, 'dispatch_order', p,
+			(SELECT count(*)::int FROM frameq.layer x WHERE x.job = l.job AND x.id < l.id),
+			-1000000, 1000000);
+	END IF;
+	IF changes ? 'tags' THEN
+		n.tags := frameq._tags(frameq._spec_tags(changes, 'tags', p), 'changes.tags');
+	END IF;
+	IF changes ? 'env' THEN
+		n.env := frameq._check_env(frameq._spec_value(changes, 'env', p, 'object'), p);
+	END IF;
+	IF changes ? 'timeout' THEN
+		n.timeout := frameq._duration(changes -> 'timeout', 'changes.timeout');
+	END IF;
+	IF changes ? 'timeout_no_output' THEN
+		n.timeout_no_output := frameq._duration(changes -> 'timeout_no_output',
+												'changes.timeout_no_output');
+	END IF;
+	IF changes ? 'progress_pattern' THEN
+		n.progress_pattern := frameq._progress_pattern(changes, p);
+	END IF;
+	IF changes ? 'requeue_exit_codes' THEN
+		n.requeue_exit_codes := frameq._requeue_codes(requeue);
+	END IF;
+	IF changes ? 'requeue_delay' THEN
+		n.requeue_delay := (requeue ->> 'requeue_delay')::int;
+	END IF;
+	IF changes ? 'max_requeues' THEN
+		n.max_requeues := (requeue ->> 'max_requeues')::int;
+	END IF;
+	IF changes ? 'retry_delay' THEN
+		n.retry_delay := (requeue ->> 'retry_delay')::int;
+	END IF;
+	IF changes ? 'paused' THEN
+		n.paused := frameq._spec_bool(changes, 'paused', p, false);
+	END IF;
+	IF changes ? 'command' THEN
+		v := frameq._spec_value(changes, 'command', p, 'string');
+		IF v IS NULL OR btrim(v #>> '{}') = '' THEN
+			RAISE EXCEPTION 'changes.command must be a non-empty string'
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		n.command := v #>> '{}';
+		SELECT min(x.n), max(x.n) INTO low, high
+		  FROM frameq.frame f CROSS JOIN LATERAL unnest(coalesce(f.numbers, ARRAY[f.number])) x(n)
+		 WHERE f.layer = l.id;
+		IF l.chunk > 1 AND strpos(n.command, '#FRAMESPEC#') > 0 THEN
+			SELECT max(octet_length(frameq._frame_spec(f.number, f.numbers))) INTO spec_length
+			  FROM frameq.frame f WHERE f.layer = l.id;
+		END IF;
+		PERFORM frameq._check_command(n.command, p, job_name, l.name, low, high, spec_length);
+	END IF;
+	RETURN n;
+END
+$$;
+
+/* changes.limits as limit ids, checked as submit checks a layer's limits; NULL if absent */
+CREATE FUNCTION frameq._edited_limits(changes jsonb) RETURNS int[]
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	names text[];
+	lim text;
+BEGIN
+	IF NOT changes ? 'limits' THEN
+		RETURN NULL;
+	END IF;
+	names := frameq._spec_tags(changes, 'limits', 'changes');
+	IF cardinality(names) > 12 THEN
+		PERFORM frameq._too_big('changes.limits',
+			pg_catalog.format('%s limits, at most 12', cardinality(names)));
+	END IF;
+	FOREACH lim IN ARRAY names LOOP
+		IF NOT EXISTS (SELECT 1 FROM frameq.limits lm WHERE lm.name = lim) THEN
+			RAISE EXCEPTION 'changes.limits: limit "%" does not exist', frameq._clip(lim)
+				USING ERRCODE = 'undefined_object';
+		END IF;
+	END LOOP;
+	RETURN ARRAY(SELECT lm.id FROM frameq.limits lm WHERE lm.name = ANY (names) ORDER BY lm.id);
+END
+$$;
+
+/*
+ * The layer of that name, for an edit: the caller may act on the job's
+ * show; the job's dispatch lock is taken in EXCLUSIVE (every transaction
+ * making its tasks waiting, or relying on its queue rows, ends before;
+ * those that follow read the layer under FOR SHARE, which waits for the
+ * edit); the layer's row is locked by the caller, after any dependency
+ * rows.  A killed job is refused (55000).  READ COMMITTED only: what
+ * follows reads with snapshots taken after the lock.
+ */
+CREATE FUNCTION frameq._edit_lock(job bigint, layer text, what text) RETURNS frameq.layer
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	j frameq.job;
+	l frameq.layer;
+BEGIN
+	PERFORM frameq._not_null(job, 'job');
+	PERFORM frameq._not_null(layer, 'layer');
+	IF current_setting('transaction_isolation') <> 'read committed' THEN
+		RAISE EXCEPTION '% must run in a READ COMMITTED transaction', what
+			USING ERRCODE = 'feature_not_supported',
+				  HINT = 'A transaction snapshot taken earlier may miss tasks made waiting since.';
+	END IF;
+	PERFORM frameq._authorize_job(job);
+	PERFORM frameq._lock_job(job);
+	SELECT * INTO j FROM frameq.job x WHERE x.id = _edit_lock.job;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	IF j.state = 'killed' THEN
+		RAISE EXCEPTION 'job % is killed: % refuses it', job, what
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	SELECT * INTO l FROM frameq.layer x WHERE x.job = _edit_lock.job AND x.name = _edit_lock.layer;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'layer "%" does not exist in job %', frameq._clip(layer), job
+			USING ERRCODE = 'undefined_object';
+	END IF;
+	RETURN l;
+END
+$$;
+
+/*
+ * Change a layer's fields (doc/reference.md, "set_layer").  Running tasks
+ * keep their booking; every later booking uses the new values.  A change
+ * of what the layer's dispatch queue rows carry (cores, memory, gpus,
+ * gpu_memory, tags, dispatch_order) or a resume queues the layer anew
+ * (_queue_layers): rows of the old values are passed over or tidied by
+ * reserve() (_row_current).  A memory raised to at least a task's raised
+ * memory (frame.memory, an OOM retry) takes the task back to its layer's.
+ */
+CREATE FUNCTION frameq.set_layer(job bigint, layer text, changes jsonb) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	j frameq.job;
+	o frameq.layer;
+	n frameq.layer;
+	limit_ids int[];
+	low int;
+BEGIN
+	IF changes IS NULL OR jsonb_typeof(changes) <> 'object' THEN
+		RAISE EXCEPTION 'changes must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF pg_catalog.octet_length(changes::text) > 262144 THEN
+		PERFORM frameq._too_big('changes', 'more than 262144 bytes');
+	END IF;
+	IF changes ?| ARRAY['name', 'range', 'chunk', 'after', 'after_frames'] THEN
+		RAISE EXCEPTION 'changes.% cannot be edited', (SELECT k FROM jsonb_object_keys(changes) k
+			WHERE k IN ('name', 'range', 'chunk', 'after', 'after_frames') ORDER BY 1 LIMIT 1)
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'New frames: add_frames. Dependencies: depend_job, drop_depends.';
+	END IF;
+	PERFORM frameq._spec_unknown(changes, ARRAY['command', 'cores', 'cores_max', 'threadable',
+		'memory', 'gpus', 'gpu_memory', 'tags', 'limits', 'dispatch_order', 'env', 'timeout',
+		'timeout_no_output', 'progress_pattern', 'requeue_exit_codes', 'requeue_delay',
+		'max_requeues', 'retry_delay', 'paused'], 'changes');
+	o := frameq._edit_lock(job, layer, 'set_layer');
+	SELECT * INTO j FROM frameq.job x WHERE x.id = o.job;
+	n := frameq._edited_layer(o, changes, j.name);
+	limit_ids := frameq._edited_limits(changes);
+	/*
+	 * Tasks an OOM raised to no more than the layer's new memory: back to
+	 * the layer's.  Before the layer's row is locked: a release holding
+	 * such a task may be waiting to read the layer (the gate).
+	 */
+	IF n.memory > o.memory THEN
+		WITH back AS (
+				UPDATE frameq.frame f SET memory = NULL
+				 WHERE f.layer = o.id AND f.memory IS NOT NULL AND f.memory <= n.memory
+				RETURNING f.number, f.state, f.not_before)
+		SELECT min(b.number) INTO low FROM back b WHERE b.state = 'waiting' AND b.not_before IS NULL;
+		IF low IS NOT NULL THEN
+			PERFORM frameq._frame_waiting(o.id, low);
+		END IF;
+	END IF;
+	SELECT x.* INTO o FROM frameq.layer x WHERE x.id = o.id FOR NO KEY UPDATE;
+	UPDATE frameq.layer x SET
+		command = n.command, dispatch_order = n.dispatch_order, min_cc = n.min_cc,
+		max_cc = n.max_cc, threadable = n.threadable, memory = n.memory, gpus = n.gpus,
+		gpu_memory = n.gpu_memory, tags = n.tags, env = n.env, timeout = n.timeout,
+		timeout_no_output = n.timeout_no_output, progress_pattern = n.progress_pattern,
+		requeue_exit_codes = n.requeue_exit_codes, requeue_delay = n.requeue_delay,
+		max_requeues = n.max_requeues, retry_delay = n.retry_delay, paused = n.paused
+	 WHERE x.id = o.id;
+	IF limit_ids IS NOT NULL THEN
+		DELETE FROM frameq.layer_limit ll WHERE ll.layer = o.id AND ll.limit_id <> ALL (limit_ids);
+		INSERT INTO frameq.layer_limit (layer, limit_id)
+		SELECT o.id, x FROM unnest(limit_ids) x
+		 WHERE NOT EXISTS (SELECT 1 FROM frameq.layer_limit ll WHERE ll.layer = o.id AND ll.limit_id = x);
+	END IF;
+	/*
+	 * Whatever the job's state but finished: a resume in flight cannot
+	 * see this change, and queues the layer's old values
+	 */
+	IF j.state <> 'finished' AND NOT n.paused
+	   AND (o.paused OR low IS NOT NULL
+			OR (o.min_cc, o.memory, o.gpus, o.gpu_memory, o.tags, o.dispatch_order)
+			   IS DISTINCT FROM (n.min_cc, n.memory, n.gpus, n.gpu_memory, n.tags, n.dispatch_order)) THEN
+		PERFORM frameq._queue_layers(ARRAY[o.id]);
+		PERFORM frameq._announce_ready(j.id, o.id, (SELECT count(*) FROM frameq.frame f
+			WHERE f.layer = o.id AND f.state = 'waiting' AND f.not_before IS NULL));
+	END IF;
+END
+$$;
+
+/*
+ * New tasks at the end of a layer (doc/reference.md, "add_frames"): the
+ * frame numbers of range, none of which the layer has, cut into tasks of
+ * the layer's chunk; held as a submitted task would be by the layer's and
+ * the job's unmet dependencies, and holding the layers that wait for this
+ * one (under the dependency rows' locks, which a prerequisite's last end
+ * takes too: either it sees the new tasks, or they see it met).  A layer
+ * with frame-by-frame dependencies not yet met, either way, is refused
+ * (0A000).  A finished job is active again; a killed one is refused.
+ * Returns the tasks added.
+ */
+CREATE FUNCTION frameq.add_frames(job bigint, layer text, range text) RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	j frameq.job;
+	l frameq.layer;
+	n_new bigint;
+	n_distinct bigint;
+	low int;
+	high int;
+	taken int;
+	prereq bool;
+	spec_length int;
+	added int;
+BEGIN
+	l := frameq._edit_lock(job, layer, 'add_frames');
+	SELECT * INTO j FROM frameq.job x WHERE x.id = l.job;
+	SELECT count(*), count(DISTINCT x), min(x), max(x) INTO n_new, n_distinct, low, high
+	  FROM frameq._frame_numbers(range, 'range') x;
+	IF n_new <> n_distinct THEN
+		RAISE EXCEPTION 'range lists a frame more than once' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	SELECT min(x.n) INTO taken
+	  FROM frameq.frame f CROSS JOIN LATERAL unnest(coalesce(f.numbers, ARRAY[f.number])) x(n)
+	 WHERE f.layer = l.id AND x.n IN (SELECT frameq._frame_numbers(range, 'range'));
+	IF taken IS NOT NULL THEN
+		RAISE EXCEPTION 'range: frame % is in layer "%" of job % already', taken, frameq._clip(l.name), j.id
+			USING ERRCODE = 'unique_violation';
+	END IF;
+	IF (SELECT sum(coalesce(cardinality(f.numbers), 1)) FROM frameq.frame f WHERE f.job = j.id)
+	   + n_new > 1000000 THEN
+		PERFORM frameq._too_big('range', pg_catalog.format(
+			'job %s would have more than 1000000 frames in all', j.id));
+	END IF;
+	IF l.chunk > 1 AND strpos(l.command, '#FRAMESPEC#') > 0 THEN
+		SELECT max(octet_length(frameq._frame_spec(t.first, t.numbers))) INTO spec_length
+		  FROM frameq._frame_tasks(range, 'range', l.chunk) t;
+	END IF;
+	SELECT least(low, min(x.n)), greatest(high, max(x.n)) INTO low, high
+	  FROM frameq.frame f CROSS JOIN LATERAL unnest(coalesce(f.numbers, ARRAY[f.number])) x(n)
+	 WHERE f.layer = l.id;
+	IF frameq._expanded_length(l.command, j.name, l.name, low, high, spec_length) > 65536 THEN
+		PERFORM frameq._too_big('range', pg_catalog.format(
+			'layer "%s"''s command would be longer than 65536 bytes once its tokens are expanded',
+			frameq._clip(l.name)));
+	END IF;
+	/* lock order: dependency rows, then the layer's row, then tasks */
+	PERFORM 1 FROM frameq.depend d
+	  WHERE d.on_layer = l.id AND d.kind = 'layer' AND NOT d.satisfied ORDER BY d.id FOR UPDATE;
+	prereq := FOUND;
+	SELECT x.* INTO l FROM frameq.layer x WHERE x.id = l.id FOR NO KEY UPDATE;
+	IF EXISTS (SELECT 1 FROM frameq.depend d
+				WHERE d.kind = 'frames' AND (d.layer = l.id OR d.on_layer = l.id) AND NOT d.satisfied)
+	   OR EXISTS (SELECT 1 FROM frameq.frame f JOIN frameq.frame_depend fd ON fd.frame = f.id
+				   WHERE f.layer = l.id AND NOT fd.satisfied)
+	   OR EXISTS (SELECT 1 FROM frameq.frame f JOIN frameq.frame_depend fd ON fd.on_frame = f.id
+				   WHERE f.layer = l.id AND NOT fd.satisfied) THEN
+		RAISE EXCEPTION 'layer "%" of job % has frame-by-frame dependencies not yet met', frameq._clip(l.name), j.id
+			USING ERRCODE = 'feature_not_supported',
+				  HINT = 'add_frames cannot give new tasks their share of them; drop_depends drops them.';
+	END IF;
+	/* a release finishing the job waits for this, and then sees the new tasks */
+	SELECT * INTO j FROM frameq.job x WHERE x.id = j.id FOR NO KEY UPDATE;
+	IF j.state = 'finished' THEN
+		UPDATE frameq.job x SET state = 'active', finished_at = NULL WHERE x.id = j.id;
+	END IF;
+	PERFORM frameq._insert_tasks(j.id, l.id, range, l.chunk, l.deps_left > 0, prereq, '{}', '{}');
+	SELECT count(*), min(t.first) INTO added, low FROM frameq._frame_tasks(range, 'range', l.chunk) t;
+	IF l.deps_left = 0 THEN
+		PERFORM frameq._frame_waiting(l.id, low);
+		PERFORM frameq._announce_ready(j.id, l.id, added);
+	END IF;
+	RETURN added;
 END
 $$;
