@@ -315,6 +315,15 @@ SELECT frameq.set_job(:j_order, paused => true) AS _ \gset
 SELECT pg_temp.job('many', 2001) AS j_many \gset
 UPDATE frameq.frame SET not_before = clock_timestamp() + interval '1 hour'
  WHERE job = :j_many AND number <= 2000;
+-- with the indexes and statistics a vacuumed farm has: in the test
+-- cluster the partial indexes are bloated by what earlier tests wrote and
+-- rolled back (hundreds of pages for a few live entries), which makes the
+-- planner take the table's unique (layer, number) index instead, and the
+-- plans reserve() keeps for its session were made when the table held a
+-- few rows; rebuilding the indexes and ANALYZE plan them again as a farm's
+REINDEX INDEX frameq.frame_waiting;
+REINDEX INDEX frameq.frame_delayed;
+ANALYZE frameq.frame;
 CREATE FUNCTION pg_temp.frame_reads() RETURNS bigint
 LANGUAGE sql AS $$
 	SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)
@@ -323,10 +332,6 @@ $$;
 SELECT pg_temp.frame_reads() AS reads \gset
 SELECT is(frameq._delays_ended(), 0::bigint, 'the worker''s step, with 2,000 delayed tasks none of which is due...');
 SELECT cmp_ok(pg_temp.frame_reads() - :reads, '<=', 2::bigint, '... reads no frame row');
--- with statistics, as a farm's table has them: the plans that reserve()
--- keeps for its session were made when the table held a few rows, and a
--- generic plan made then scans it whole (ANALYZE makes them planned again)
-ANALYZE frameq.frame;
 SELECT pg_temp.frame_reads() AS reads \gset
 SELECT is(pg_temp.book(:'tok1', :epoch1), 'many:2001', 'a booking past 2,000 delayed tasks of the layer...');
 SELECT cmp_ok(pg_temp.frame_reads() - :reads, '<=', 10::bigint, '... reads none of them');
