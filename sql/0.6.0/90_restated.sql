@@ -6,6 +6,10 @@
  * Generated from the topic files: edit those.
  */
 
+CREATE FUNCTION frameq._layer_framed_latest(layers bigint[]) RETURNS bigint
+	AS 'MODULE_PATHNAME', 'frameq_layer_framed_latest' LANGUAGE C VOLATILE
+	SET search_path = pg_catalog, pg_temp;
+
 CREATE FUNCTION frameq._frame_keys_inserted() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -60,7 +64,7 @@ CREATE TRIGGER frame_keys_frozen BEFORE UPDATE OF job, layer ON frameq.frame
 CREATE FUNCTION frameq._layer_keep_framed() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-	IF EXISTS (SELECT 1 FROM frameq.frame f WHERE f.layer OPERATOR(pg_catalog.=) OLD.id) THEN
+	IF frameq._layer_framed_latest(ARRAY[OLD.id]) IS NOT NULL THEN
 		RAISE EXCEPTION 'layer % is named by frames', OLD.id
 			USING ERRCODE = 'foreign_key_violation',
 				  DETAIL = 'Its id and its job cannot change while frames name it.';
@@ -78,10 +82,8 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	named bigint;
 BEGIN
-	SELECT o.id INTO named FROM old_layers o
-	 WHERE EXISTS (SELECT 1 FROM frameq.frame f WHERE f.layer OPERATOR(pg_catalog.=) o.id)
-	 LIMIT 1;
-	IF FOUND THEN
+	named := frameq._layer_framed_latest(ARRAY(SELECT o.id FROM old_layers o));
+	IF named IS NOT NULL THEN
 		RAISE EXCEPTION 'layer % is named by frames', named
 			USING ERRCODE = 'foreign_key_violation',
 				  HINT = 'Delete its frames first, in the same statement or before it.';
@@ -97,7 +99,7 @@ CREATE TRIGGER layer_deleted_framed AFTER DELETE ON frameq.layer
 CREATE FUNCTION frameq._keep_framed_truncate() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-	IF EXISTS (SELECT 1 FROM frameq.frame) THEN
+	IF frameq._layer_framed_latest(NULL) IS NOT NULL THEN
 		RAISE EXCEPTION 'cannot truncate frameq.%: frames name its rows', TG_TABLE_NAME
 			USING ERRCODE = 'feature_not_supported';
 	END IF;
@@ -409,6 +411,7 @@ END
 $$;
 
 REVOKE ALL ON FUNCTION
+	frameq._layer_framed_latest(bigint[]),
 	frameq._frame_keys_inserted(),
 	frameq._frame_keys_frozen(),
 	frameq._layer_keep_framed(),

@@ -151,11 +151,16 @@ CREATE TRIGGER host_keep_referenced_truncate BEFORE TRUNCATE ON frameq.host
  * The delete check runs once per statement, after it (a transition
  * table): a statement or transaction that deletes a layer's frames first
  * may delete the layer, and then the job.  frameq itself never deletes
- * one.  Like a key's, the checks hold under READ COMMITTED and
- * SERIALIZABLE; a REPEATABLE READ transaction that deletes a layer does
- * not see frames committed after its snapshot (doc/reference.md, Tables).
+ * one.  The checks on layer look under the latest snapshot, as a key's
+ * do, so a change that waited for an insert of frames sees them in every
+ * isolation level (src/keys.c).
  * ---------------------------------------------------------------------
  */
+
+/* one of these layers that frames name (NULL: any frame's), by the latest committed state */
+CREATE FUNCTION frameq._layer_framed_latest(layers bigint[]) RETURNS bigint
+	AS 'MODULE_PATHNAME', 'frameq_layer_framed_latest' LANGUAGE C VOLATILE
+	SET search_path = pg_catalog, pg_temp;
 
 /* an INSERT's frames: each names a layer that exists, of the frame's job */
 CREATE FUNCTION frameq._frame_keys_inserted() RETURNS trigger
@@ -212,7 +217,7 @@ CREATE TRIGGER frame_keys_frozen BEFORE UPDATE OF job, layer ON frameq.frame
 CREATE FUNCTION frameq._layer_keep_framed() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-	IF EXISTS (SELECT 1 FROM frameq.frame f WHERE f.layer OPERATOR(pg_catalog.=) OLD.id) THEN
+	IF frameq._layer_framed_latest(ARRAY[OLD.id]) IS NOT NULL THEN
 		RAISE EXCEPTION 'layer % is named by frames', OLD.id
 			USING ERRCODE = 'foreign_key_violation',
 				  DETAIL = 'Its id and its job cannot change while frames name it.';
@@ -230,10 +235,8 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	named bigint;
 BEGIN
-	SELECT o.id INTO named FROM old_layers o
-	 WHERE EXISTS (SELECT 1 FROM frameq.frame f WHERE f.layer OPERATOR(pg_catalog.=) o.id)
-	 LIMIT 1;
-	IF FOUND THEN
+	named := frameq._layer_framed_latest(ARRAY(SELECT o.id FROM old_layers o));
+	IF named IS NOT NULL THEN
 		RAISE EXCEPTION 'layer % is named by frames', named
 			USING ERRCODE = 'foreign_key_violation',
 				  HINT = 'Delete its frames first, in the same statement or before it.';
@@ -249,7 +252,7 @@ CREATE TRIGGER layer_deleted_framed AFTER DELETE ON frameq.layer
 CREATE FUNCTION frameq._keep_framed_truncate() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-	IF EXISTS (SELECT 1 FROM frameq.frame) THEN
+	IF frameq._layer_framed_latest(NULL) IS NOT NULL THEN
 		RAISE EXCEPTION 'cannot truncate frameq.%: frames name its rows', TG_TABLE_NAME
 			USING ERRCODE = 'feature_not_supported';
 	END IF;
