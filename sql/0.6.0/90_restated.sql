@@ -6,21 +6,19 @@
  * Generated from the topic files: edit those.
  */
 
+DROP TRIGGER frame_queue_inserted ON frameq.frame;
+
+DROP FUNCTION frameq._frame_queue_inserted();
+
 CREATE FUNCTION frameq._layer_framed_latest(layers bigint[]) RETURNS bigint
 	AS 'MODULE_PATHNAME', 'frameq_layer_framed_latest' LANGUAGE C VOLATILE
 	SET search_path = pg_catalog, pg_temp;
 
-CREATE FUNCTION frameq._frame_keys_inserted() RETURNS trigger
+CREATE FUNCTION frameq._frame_keys_check(jobs bigint[], layers bigint[]) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-	jobs bigint[];
-	layers bigint[];
 	bad record;
 BEGIN
-	/* the statement's pairs: a submit's insert has one */
-	SELECT array_agg(p.job ORDER BY p.layer, p.job), array_agg(p.layer ORDER BY p.layer, p.job)
-	  INTO jobs, layers
-	  FROM (SELECT DISTINCT n.job, n.layer FROM new_frames n) p;
 	/* what a key takes: no delete, nor change of id or job, until we end */
 	PERFORM 1 FROM frameq.layer l
 	 WHERE l.id OPERATOR(pg_catalog.=) ANY (layers)
@@ -31,7 +29,7 @@ BEGIN
 	 WHERE l.job IS DISTINCT FROM p.job
 	 LIMIT 1;
 	IF NOT FOUND THEN
-		RETURN NULL;
+		RETURN;
 	ELSIF bad.owner IS NULL THEN
 		RAISE EXCEPTION 'a frame names layer %, which does not exist', bad.layer
 			USING ERRCODE = 'foreign_key_violation';
@@ -43,10 +41,6 @@ BEGIN
 		USING ERRCODE = 'foreign_key_violation';
 END
 $$;
-
-CREATE TRIGGER frame_keys_inserted AFTER INSERT ON frameq.frame
-	REFERENCING NEW TABLE AS new_frames
-	FOR EACH STATEMENT EXECUTE FUNCTION frameq._frame_keys_inserted();
 
 CREATE FUNCTION frameq._frame_keys_frozen() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -112,6 +106,28 @@ CREATE TRIGGER job_keep_framed_truncate BEFORE TRUNCATE ON frameq.job
 
 CREATE TRIGGER layer_keep_framed_truncate BEFORE TRUNCATE ON frameq.layer
 	FOR EACH STATEMENT EXECUTE FUNCTION frameq._keep_framed_truncate();
+
+CREATE FUNCTION frameq._frame_inserted() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	jobs bigint[];
+	layers bigint[];
+	waiting bigint[];
+BEGIN
+	SELECT array_agg(p.job ORDER BY p.layer, p.job), array_agg(p.layer ORDER BY p.layer, p.job),
+		   array_agg(p.layer ORDER BY p.layer) FILTER (WHERE p.waiting)
+	  INTO jobs, layers, waiting
+	  FROM (SELECT n.job, n.layer, bool_or(n.state OPERATOR(pg_catalog.=) 'waiting') AS waiting
+			  FROM new_frames n GROUP BY n.job, n.layer) p;
+	PERFORM frameq._frame_keys_check(jobs, layers);
+	PERFORM frameq._queue_layers(coalesce(waiting, '{}'));
+	RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER frame_inserted AFTER INSERT ON frameq.frame
+	REFERENCING NEW TABLE AS new_frames
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._frame_inserted();
 
 CREATE OR REPLACE FUNCTION frameq.check() RETURNS TABLE (invariant text, detail text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -412,9 +428,10 @@ $$;
 
 REVOKE ALL ON FUNCTION
 	frameq._layer_framed_latest(bigint[]),
-	frameq._frame_keys_inserted(),
+	frameq._frame_keys_check(bigint[], bigint[]),
 	frameq._frame_keys_frozen(),
 	frameq._layer_keep_framed(),
 	frameq._layer_deleted_framed(),
-	frameq._keep_framed_truncate()
+	frameq._keep_framed_truncate(),
+	frameq._frame_inserted()
 	FROM PUBLIC;

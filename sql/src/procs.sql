@@ -141,8 +141,9 @@ CREATE TRIGGER host_keep_referenced_truncate BEFORE TRUNCATE ON frameq.host
  * statement on the insert path:
  *   - every frame names a layer that exists and belongs to the frame's
  *     job (so its job exists too): one check per INSERT statement, over
- *     the (job, layer) pairs of its rows, which locks each layer as a key
- *     would (FOR KEY SHARE) until the transaction ends;
+ *     the (job, layer) pairs of its rows (the insert trigger, in
+ *     dispatch.sql), which locks each layer as a key would (FOR KEY
+ *     SHARE) until the transaction ends;
  *   - a frame's job and layer never change;
  *   - a layer that frames name is neither deleted, nor given another id,
  *     nor moved to another job.  Its job then cannot go either: layer's own
@@ -162,18 +163,17 @@ CREATE FUNCTION frameq._layer_framed_latest(layers bigint[]) RETURNS bigint
 	AS 'MODULE_PATHNAME', 'frameq_layer_framed_latest' LANGUAGE C VOLATILE
 	SET search_path = pg_catalog, pg_temp;
 
-/* an INSERT's frames: each names a layer that exists, of the frame's job */
-CREATE FUNCTION frameq._frame_keys_inserted() RETURNS trigger
+/*
+ * An INSERT's frames, as their (job, layer) pairs (the insert trigger,
+ * _frame_inserted in dispatch.sql, draws them in the same pass over the
+ * statement's rows that finds the layers to queue): each layer exists
+ * and is of that job.
+ */
+CREATE FUNCTION frameq._frame_keys_check(jobs bigint[], layers bigint[]) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-	jobs bigint[];
-	layers bigint[];
 	bad record;
 BEGIN
-	/* the statement's pairs: a submit's insert has one */
-	SELECT array_agg(p.job ORDER BY p.layer, p.job), array_agg(p.layer ORDER BY p.layer, p.job)
-	  INTO jobs, layers
-	  FROM (SELECT DISTINCT n.job, n.layer FROM new_frames n) p;
 	/* what a key takes: no delete, nor change of id or job, until we end */
 	PERFORM 1 FROM frameq.layer l
 	 WHERE l.id OPERATOR(pg_catalog.=) ANY (layers)
@@ -184,7 +184,7 @@ BEGIN
 	 WHERE l.job IS DISTINCT FROM p.job
 	 LIMIT 1;
 	IF NOT FOUND THEN
-		RETURN NULL;
+		RETURN;
 	ELSIF bad.owner IS NULL THEN
 		RAISE EXCEPTION 'a frame names layer %, which does not exist', bad.layer
 			USING ERRCODE = 'foreign_key_violation';
@@ -196,9 +196,6 @@ BEGIN
 		USING ERRCODE = 'foreign_key_violation';
 END
 $$;
-CREATE TRIGGER frame_keys_inserted AFTER INSERT ON frameq.frame
-	REFERENCING NEW TABLE AS new_frames
-	FOR EACH STATEMENT EXECUTE FUNCTION frameq._frame_keys_inserted();
 
 /* a frame's job and layer are its for good; fires only on a change */
 CREATE FUNCTION frameq._frame_keys_frozen() RETURNS trigger
