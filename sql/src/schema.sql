@@ -239,8 +239,8 @@ CREATE INDEX depend_on_frames ON frameq.depend (on_layer) WHERE kind = 'frames' 
 
 /*
  * No foreign keys on job and layer: a key costs a query and a row lock per
- * inserted row, about 40 % of a frame insert (a submit writes up to a
- * million).  What they guarded is kept per statement (procs.sql, "What
+ * inserted row, more than half of a submit's time (a submit writes up to
+ * a million).  What they guarded is kept per statement (procs.sql, "What
  * frame's keys would guard"): each INSERT's rows are checked at once (the
  * layer exists and belongs to the job), job and layer are frozen, a layer
  * that frames name keeps its id and job and is not deleted (its job then
