@@ -137,8 +137,8 @@ CREATE TRIGGER host_keep_referenced_truncate BEFORE TRUNCATE ON frameq.host
  * What frame's keys would guard.  frame has no foreign keys to job and
  * layer (schema.sql): two key checks per inserted row, a query and a row
  * lock each, were more than half of a submit's time (doc/benchmarks.md,
- * item 11), and a submit inserts up to a million frames.  What they guaranteed is kept here, per
- * statement on the insert path:
+ * item 11), and a submit inserts up to a million frames.  What they
+ * guaranteed is kept here, per statement on the insert path:
  *   - every frame names a layer that exists and belongs to the frame's
  *     job (so its job exists too): one check per INSERT statement, over
  *     the (job, layer) pairs of its rows (the insert trigger, in
