@@ -6,7 +6,108 @@
  * Generated from the topic files: edit those.
  */
 
+DROP TRIGGER frame_queue_inserted ON frameq.frame;
+
 DROP FUNCTION frameq._queue_layers(bigint[]);
+
+DROP FUNCTION frameq._frame_queue_inserted();
+
+CREATE FUNCTION frameq._layer_framed_latest(layers bigint[]) RETURNS bigint
+	AS 'MODULE_PATHNAME', 'frameq_layer_framed_latest' LANGUAGE C VOLATILE
+	SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION frameq._frame_keys_check(jobs bigint[], layers bigint[]) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	bad record;
+BEGIN
+	/* what a key takes: no delete, nor change of id or job, until we end */
+	PERFORM 1 FROM frameq.layer l
+	 WHERE l.id OPERATOR(pg_catalog.=) ANY (layers)
+	 ORDER BY l.id FOR KEY SHARE OF l;
+	SELECT p.job, p.layer, l.job AS owner INTO bad
+	  FROM unnest(jobs, layers) p(job, layer)
+	  LEFT JOIN frameq.layer l ON l.id OPERATOR(pg_catalog.=) p.layer
+	 WHERE l.job IS DISTINCT FROM p.job
+	 LIMIT 1;
+	IF NOT FOUND THEN
+		RETURN;
+	ELSIF bad.owner IS NULL THEN
+		RAISE EXCEPTION 'a frame names layer %, which does not exist', bad.layer
+			USING ERRCODE = 'foreign_key_violation';
+	ELSIF NOT EXISTS (SELECT 1 FROM frameq.job j WHERE j.id OPERATOR(pg_catalog.=) bad.job) THEN
+		RAISE EXCEPTION 'a frame names job %, which does not exist', bad.job
+			USING ERRCODE = 'foreign_key_violation';
+	END IF;
+	RAISE EXCEPTION 'a frame names job % and layer %, which is of job %', bad.job, bad.layer, bad.owner
+		USING ERRCODE = 'foreign_key_violation';
+END
+$$;
+
+CREATE FUNCTION frameq._frame_keys_frozen() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	RAISE EXCEPTION 'column "%" of a frame cannot be changed',
+		CASE WHEN OLD.job IS DISTINCT FROM NEW.job THEN 'job' ELSE 'layer' END
+		USING ERRCODE = 'integrity_constraint_violation';
+END
+$$;
+
+CREATE TRIGGER frame_keys_frozen BEFORE UPDATE OF job, layer ON frameq.frame
+	FOR EACH ROW WHEN (OLD.job IS DISTINCT FROM NEW.job OR OLD.layer IS DISTINCT FROM NEW.layer)
+	EXECUTE FUNCTION frameq._frame_keys_frozen();
+
+CREATE FUNCTION frameq._layer_keep_framed() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	IF frameq._layer_framed_latest(ARRAY[OLD.id]) IS NOT NULL THEN
+		RAISE EXCEPTION 'layer % is named by frames', OLD.id
+			USING ERRCODE = 'foreign_key_violation',
+				  DETAIL = 'Its id and its job cannot change while frames name it.';
+	END IF;
+	RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER layer_keep_framed BEFORE UPDATE OF id, job ON frameq.layer
+	FOR EACH ROW WHEN (OLD.id <> NEW.id OR OLD.job <> NEW.job)
+	EXECUTE FUNCTION frameq._layer_keep_framed();
+
+CREATE FUNCTION frameq._layer_deleted_framed() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	named bigint;
+BEGIN
+	named := frameq._layer_framed_latest(ARRAY(SELECT o.id FROM old_layers o));
+	IF named IS NOT NULL THEN
+		RAISE EXCEPTION 'layer % is named by frames', named
+			USING ERRCODE = 'foreign_key_violation',
+				  HINT = 'Delete its frames first, in the same statement or before it.';
+	END IF;
+	RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER layer_deleted_framed AFTER DELETE ON frameq.layer
+	REFERENCING OLD TABLE AS old_layers
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._layer_deleted_framed();
+
+CREATE FUNCTION frameq._keep_framed_truncate() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	IF frameq._layer_framed_latest(NULL) IS NOT NULL THEN
+		RAISE EXCEPTION 'cannot truncate frameq.%: frames name its rows', TG_TABLE_NAME
+			USING ERRCODE = 'feature_not_supported';
+	END IF;
+	RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER job_keep_framed_truncate BEFORE TRUNCATE ON frameq.job
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._keep_framed_truncate();
+
+CREATE TRIGGER layer_keep_framed_truncate BEFORE TRUNCATE ON frameq.layer
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._keep_framed_truncate();
 
 CREATE FUNCTION frameq._largest_host_memory(layer bigint) RETURNS bigint
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -107,6 +208,28 @@ BEGIN
 		OR current_setting('transaction_isolation') <> 'read committed';
 END
 $$;
+
+CREATE FUNCTION frameq._frame_inserted() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	jobs bigint[];
+	layers bigint[];
+	waiting bigint[];
+BEGIN
+	SELECT array_agg(p.job ORDER BY p.layer, p.job), array_agg(p.layer ORDER BY p.layer, p.job),
+		   array_agg(p.layer ORDER BY p.layer) FILTER (WHERE p.waiting)
+	  INTO jobs, layers, waiting
+	  FROM (SELECT n.job, n.layer, bool_or(n.state OPERATOR(pg_catalog.=) 'waiting') AS waiting
+			  FROM new_frames n GROUP BY n.job, n.layer) p;
+	PERFORM frameq._frame_keys_check(jobs, layers);
+	PERFORM frameq._queue_layers(coalesce(waiting, '{}'));
+	RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER frame_inserted AFTER INSERT ON frameq.frame
+	REFERENCING NEW TABLE AS new_frames
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._frame_inserted();
 
 CREATE FUNCTION frameq._layer_has_waiting(layer bigint) RETURNS bool
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -1576,6 +1699,15 @@ BEGIN
 	  FROM frameq.job j JOIN frameq.frame f ON f.job = j.id
 	 WHERE j.state = 'finished' AND f.state IN ('waiting', 'depend', 'running');
 
+	/* what frame's keys would guard (procs.sql): its layer exists and is of its job */
+	RETURN QUERY
+	SELECT 'job state', CASE WHEN l.id IS NULL
+							 THEN format('frame %s names layer %s, which does not exist', f.id, f.layer)
+							 ELSE format('frame %s is of job %s but names layer %s, which is of job %s',
+										 f.id, f.job, f.layer, l.job) END
+	  FROM frameq.frame f LEFT JOIN frameq.layer l ON l.id = f.layer
+	 WHERE l.job IS DISTINCT FROM f.job;
+
 	/*
 	 * Host blocks (src/limits.c): a host is blocked for a job exactly when
 	 * its count of the job's failures has reached the job's limit; reserve()
@@ -1621,8 +1753,15 @@ END
 $$;
 
 REVOKE ALL ON FUNCTION
+	frameq._layer_framed_latest(bigint[]),
+	frameq._frame_keys_check(bigint[], bigint[]),
+	frameq._frame_keys_frozen(),
+	frameq._layer_keep_framed(),
+	frameq._layer_deleted_framed(),
+	frameq._keep_framed_truncate(),
 	frameq._largest_host_memory(bigint),
 	frameq._queue_layers(bigint[], bigint, bigint),
+	frameq._frame_inserted(),
 	frameq._layer_has_waiting(bigint),
 	frameq._row_has_waiting(bigint, bigint),
 	frameq._row_current(frameq.dispatch_queue),

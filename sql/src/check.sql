@@ -308,6 +308,15 @@ BEGIN
 	  FROM frameq.job j JOIN frameq.frame f ON f.job = j.id
 	 WHERE j.state = 'finished' AND f.state IN ('waiting', 'depend', 'running');
 
+	/* what frame's keys would guard (procs.sql): its layer exists and is of its job */
+	RETURN QUERY
+	SELECT 'job state', CASE WHEN l.id IS NULL
+							 THEN format('frame %s names layer %s, which does not exist', f.id, f.layer)
+							 ELSE format('frame %s is of job %s but names layer %s, which is of job %s',
+										 f.id, f.job, f.layer, l.job) END
+	  FROM frameq.frame f LEFT JOIN frameq.layer l ON l.id = f.layer
+	 WHERE l.job IS DISTINCT FROM f.job;
+
 	/*
 	 * Host blocks (src/limits.c): a host is blocked for a job exactly when
 	 * its count of the job's failures has reached the job's limit; reserve()

@@ -247,18 +247,33 @@ BEGIN
 END
 $$;
 
-/* frames inserted waiting (submit): queue their layers, once per statement */
-CREATE FUNCTION frameq._frame_queue_inserted() RETURNS trigger
+/*
+ * Frames inserted (submit; a direct INSERT or COPY): once per statement,
+ * check what frame's foreign keys would (procs.sql, _frame_keys_check)
+ * and queue the layers of the frames inserted waiting.  One pass over the
+ * statement's rows gives both: each pass over a submit's 500,000-row
+ * transition table costs about 0.15 s, about 3 % of the submit.
+ */
+CREATE FUNCTION frameq._frame_inserted() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	jobs bigint[];
+	layers bigint[];
+	waiting bigint[];
 BEGIN
-	PERFORM frameq._queue_layers(ARRAY(SELECT DISTINCT n.layer FROM new_frames n
-										WHERE n.state OPERATOR(pg_catalog.=) 'waiting'));
+	SELECT array_agg(p.job ORDER BY p.layer, p.job), array_agg(p.layer ORDER BY p.layer, p.job),
+		   array_agg(p.layer ORDER BY p.layer) FILTER (WHERE p.waiting)
+	  INTO jobs, layers, waiting
+	  FROM (SELECT n.job, n.layer, bool_or(n.state OPERATOR(pg_catalog.=) 'waiting') AS waiting
+			  FROM new_frames n GROUP BY n.job, n.layer) p;
+	PERFORM frameq._frame_keys_check(jobs, layers);
+	PERFORM frameq._queue_layers(coalesce(waiting, '{}'));
 	RETURN NULL;
 END
 $$;
-CREATE TRIGGER frame_queue_inserted AFTER INSERT ON frameq.frame
+CREATE TRIGGER frame_inserted AFTER INSERT ON frameq.frame
 	REFERENCING NEW TABLE AS new_frames
-	FOR EACH STATEMENT EXECUTE FUNCTION frameq._frame_queue_inserted();
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._frame_inserted();
 
 /*
  * A frame made waiting again (release, retry_frame, a dependency met)

@@ -7,8 +7,9 @@
  * and opens the run records; deleting a proc is a release.  The proc
  * table's triggers do all of it, so no path can book or release while
  * forgetting a part.  Also here: the ledger's SQL face, releasing procs
- * one by one or a host's all at once, and the guards that keep the frames
- * and hosts that procs and run records name.
+ * one by one or a host's all at once, the guards that keep the frames
+ * and hosts that procs and run records name, and those that keep the jobs
+ * and layers that frames name.
  * ---------------------------------------------------------------------
  */
 
@@ -130,6 +131,135 @@ CREATE TRIGGER host_keep_referenced BEFORE DELETE OR UPDATE OF id ON frameq.host
 	FOR EACH ROW EXECUTE FUNCTION frameq._keep_referenced('host');
 CREATE TRIGGER host_keep_referenced_truncate BEFORE TRUNCATE ON frameq.host
 	FOR EACH STATEMENT EXECUTE FUNCTION frameq._keep_referenced('host');
+
+/*
+ * ---------------------------------------------------------------------
+ * What frame's keys would guard.  frame has no foreign keys to job and
+ * layer (schema.sql): two key checks per inserted row, a query and a row
+ * lock each, were more than half of a submit's time (doc/benchmarks.md,
+ * item 11), and a submit inserts up to a million frames.  What they
+ * guaranteed is kept here, per statement on the insert path:
+ *   - every frame names a layer that exists and belongs to the frame's
+ *     job (so its job exists too): one check per INSERT statement, over
+ *     the (job, layer) pairs of its rows (the insert trigger, in
+ *     dispatch.sql), which locks each layer as a key would (FOR KEY
+ *     SHARE) until the transaction ends;
+ *   - a frame's job and layer never change;
+ *   - a layer that frames name is neither deleted, nor given another id,
+ *     nor moved to another job.  Its job then cannot go either: layer's own
+ *     key (layer.job) keeps it, and every frame of a job has a layer of it;
+ *   - neither job nor layer is truncated while any frame exists.
+ * The delete check runs once per statement, after it (a transition
+ * table): a statement or transaction that deletes a layer's frames first
+ * may delete the layer, and then the job.  frameq itself never deletes
+ * one.  The checks on layer look under the latest snapshot, as a key's
+ * do, so a change that waited for an insert of frames sees them in every
+ * isolation level (src/keys.c).
+ * ---------------------------------------------------------------------
+ */
+
+/* one of these layers that frames name (NULL: any frame's), by the latest committed state */
+CREATE FUNCTION frameq._layer_framed_latest(layers bigint[]) RETURNS bigint
+	AS 'MODULE_PATHNAME', 'frameq_layer_framed_latest' LANGUAGE C VOLATILE
+	SET search_path = pg_catalog, pg_temp;
+
+/*
+ * An INSERT's frames, as their (job, layer) pairs (the insert trigger,
+ * _frame_inserted in dispatch.sql, draws them in the same pass over the
+ * statement's rows that finds the layers to queue): each layer exists
+ * and is of that job.
+ */
+CREATE FUNCTION frameq._frame_keys_check(jobs bigint[], layers bigint[]) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	bad record;
+BEGIN
+	/* what a key takes: no delete, nor change of id or job, until we end */
+	PERFORM 1 FROM frameq.layer l
+	 WHERE l.id OPERATOR(pg_catalog.=) ANY (layers)
+	 ORDER BY l.id FOR KEY SHARE OF l;
+	SELECT p.job, p.layer, l.job AS owner INTO bad
+	  FROM unnest(jobs, layers) p(job, layer)
+	  LEFT JOIN frameq.layer l ON l.id OPERATOR(pg_catalog.=) p.layer
+	 WHERE l.job IS DISTINCT FROM p.job
+	 LIMIT 1;
+	IF NOT FOUND THEN
+		RETURN;
+	ELSIF bad.owner IS NULL THEN
+		RAISE EXCEPTION 'a frame names layer %, which does not exist', bad.layer
+			USING ERRCODE = 'foreign_key_violation';
+	ELSIF NOT EXISTS (SELECT 1 FROM frameq.job j WHERE j.id OPERATOR(pg_catalog.=) bad.job) THEN
+		RAISE EXCEPTION 'a frame names job %, which does not exist', bad.job
+			USING ERRCODE = 'foreign_key_violation';
+	END IF;
+	RAISE EXCEPTION 'a frame names job % and layer %, which is of job %', bad.job, bad.layer, bad.owner
+		USING ERRCODE = 'foreign_key_violation';
+END
+$$;
+
+/* a frame's job and layer are its for good; fires only on a change */
+CREATE FUNCTION frameq._frame_keys_frozen() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	RAISE EXCEPTION 'column "%" of a frame cannot be changed',
+		CASE WHEN OLD.job IS DISTINCT FROM NEW.job THEN 'job' ELSE 'layer' END
+		USING ERRCODE = 'integrity_constraint_violation';
+END
+$$;
+CREATE TRIGGER frame_keys_frozen BEFORE UPDATE OF job, layer ON frameq.frame
+	FOR EACH ROW WHEN (OLD.job IS DISTINCT FROM NEW.job OR OLD.layer IS DISTINCT FROM NEW.layer)
+	EXECUTE FUNCTION frameq._frame_keys_frozen();
+
+/* a layer that frames name keeps its id and its job; fires only on a change */
+CREATE FUNCTION frameq._layer_keep_framed() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	IF frameq._layer_framed_latest(ARRAY[OLD.id]) IS NOT NULL THEN
+		RAISE EXCEPTION 'layer % is named by frames', OLD.id
+			USING ERRCODE = 'foreign_key_violation',
+				  DETAIL = 'Its id and its job cannot change while frames name it.';
+	END IF;
+	RETURN NEW;
+END
+$$;
+CREATE TRIGGER layer_keep_framed BEFORE UPDATE OF id, job ON frameq.layer
+	FOR EACH ROW WHEN (OLD.id <> NEW.id OR OLD.job <> NEW.job)
+	EXECUTE FUNCTION frameq._layer_keep_framed();
+
+/* deleted layers that frames still name, once the statement is done */
+CREATE FUNCTION frameq._layer_deleted_framed() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	named bigint;
+BEGIN
+	named := frameq._layer_framed_latest(ARRAY(SELECT o.id FROM old_layers o));
+	IF named IS NOT NULL THEN
+		RAISE EXCEPTION 'layer % is named by frames', named
+			USING ERRCODE = 'foreign_key_violation',
+				  HINT = 'Delete its frames first, in the same statement or before it.';
+	END IF;
+	RETURN NULL;
+END
+$$;
+CREATE TRIGGER layer_deleted_framed AFTER DELETE ON frameq.layer
+	REFERENCING OLD TABLE AS old_layers
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._layer_deleted_framed();
+
+/* job and layer: not truncated while frames exist (a cascade truncates layer) */
+CREATE FUNCTION frameq._keep_framed_truncate() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	IF frameq._layer_framed_latest(NULL) IS NOT NULL THEN
+		RAISE EXCEPTION 'cannot truncate frameq.%: frames name its rows', TG_TABLE_NAME
+			USING ERRCODE = 'feature_not_supported';
+	END IF;
+	RETURN NULL;
+END
+$$;
+CREATE TRIGGER job_keep_framed_truncate BEFORE TRUNCATE ON frameq.job
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._keep_framed_truncate();
+CREATE TRIGGER layer_keep_framed_truncate BEFORE TRUNCATE ON frameq.layer
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._keep_framed_truncate();
 
 /*
  * Release one proc: delete it so the triggers free everything it holds.
