@@ -193,6 +193,678 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 							  AND f.memory IS NOT NULL))))
 $$;
 
+CREATE OR REPLACE FUNCTION frameq.create_allocation(name text, tag text DEFAULT NULL) RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	result int;
+BEGIN
+	PERFORM frameq._name(name, 'name');
+	IF tag IS NOT NULL THEN
+		PERFORM frameq._tags(ARRAY[tag], 'tag');
+	END IF;
+	IF EXISTS (SELECT 1 FROM frameq.allocation a WHERE a.name = create_allocation.name) THEN
+		RAISE EXCEPTION 'allocation "%" already exists', frameq._clip(name) USING ERRCODE = 'duplicate_object';
+	END IF;
+	INSERT INTO frameq.allocation AS a (name, tag)
+	VALUES (create_allocation.name, create_allocation.tag) RETURNING a.id INTO result;
+	PERFORM frameq._audit('create_allocation', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('name', name, 'tag', tag, 'allocation', result));
+	RETURN result;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.create_show(name text) RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	result int;
+BEGIN
+	PERFORM frameq._name(name, 'name');
+	IF EXISTS (SELECT 1 FROM frameq.show s WHERE s.name = create_show.name) THEN
+		RAISE EXCEPTION 'show "%" already exists', frameq._clip(name) USING ERRCODE = 'duplicate_object';
+	END IF;
+	INSERT INTO frameq.show AS s (name) VALUES (create_show.name) RETURNING s.id INTO result;
+	PERFORM frameq._audit('create_show', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('name', name, 'show', result));
+	RETURN result;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.set_subscription(show text, allocation text, size numeric, burst numeric)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	show_id int := frameq._show_id(show);
+	alloc_id int := frameq._allocation_id(allocation);
+	size_cc int := frameq._cc(frameq._not_null(size, 'size'), 'size');
+	burst_cc int := frameq._cc(frameq._not_null(burst, 'burst'), 'burst');
+BEGIN
+	INSERT INTO frameq.subscription AS s (show, allocation, size_cc, burst_cc)
+	VALUES (show_id, alloc_id, size_cc, burst_cc)
+	ON CONFLICT (show, allocation) DO UPDATE
+		SET size_cc = excluded.size_cc, burst_cc = excluded.burst_cc,
+			changed_at = clock_timestamp();
+	PERFORM pg_notify('frameq_limit', json_build_object(
+		'kind', 'subscription', 'id', show_id, 'allocation', alloc_id,
+		'size', size, 'burst', burst)::text);
+	PERFORM frameq._audit('set_subscription', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('show', show, 'allocation', allocation, 'size', size,
+									  'burst', burst));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.create_folder(show text, name text, max_cores numeric DEFAULT NULL,
+									 max_gpus int DEFAULT NULL)
+RETURNS int LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	show_id int := frameq._show_id(show);
+	cap_cc int := frameq._cc(max_cores, 'max_cores');
+	result int;
+BEGIN
+	PERFORM frameq._name(name, 'name');
+	PERFORM frameq._nonneg(max_gpus, 'max_gpus', 100000);
+	IF EXISTS (SELECT 1 FROM frameq.folder f WHERE f.show = show_id AND f.name = create_folder.name) THEN
+		RAISE EXCEPTION 'folder "%" already exists in show "%"', frameq._clip(name), frameq._clip(show)
+			USING ERRCODE = 'duplicate_object';
+	END IF;
+	INSERT INTO frameq.folder AS f (show, name, max_cc, max_gpus)
+	VALUES (show_id, create_folder.name, cap_cc, create_folder.max_gpus) RETURNING f.id INTO result;
+	PERFORM pg_catalog.pg_notify('frameq_limit', pg_catalog.json_build_object(
+		'kind', 'folder', 'id', result, 'max_cores', max_cores, 'max_gpus', max_gpus)::text);
+	PERFORM frameq._audit('create_folder', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('show', show, 'name', name, 'max_cores', max_cores,
+									  'max_gpus', max_gpus, 'folder', result));
+	RETURN result;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.set_folder_limits(folder int, max_cores numeric, max_gpus int)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	cap_cc int := frameq._cc(max_cores, 'max_cores');
+BEGIN
+	PERFORM frameq._nonneg(max_gpus, 'max_gpus', 100000);
+	UPDATE frameq.folder f SET max_cc = cap_cc, max_gpus = set_folder_limits.max_gpus,
+		   changed_at = clock_timestamp()
+	 WHERE f.id = frameq._not_null(set_folder_limits.folder, 'folder');
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'folder % does not exist', folder USING ERRCODE = 'undefined_object';
+	END IF;
+	PERFORM pg_notify('frameq_limit', json_build_object(
+		'kind', 'folder', 'id', folder, 'max_cores', max_cores, 'max_gpus', max_gpus)::text);
+	PERFORM frameq._audit('set_folder_limits', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('folder', folder, 'max_cores', max_cores,
+									  'max_gpus', max_gpus));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.create_limit(name text, max_running int) RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	result int;
+BEGIN
+	PERFORM frameq._name(name, 'name');
+	PERFORM frameq._nonneg(frameq._not_null(max_running, 'max_running'), 'max_running', 10000000);
+	IF EXISTS (SELECT 1 FROM frameq.limits l WHERE l.name = create_limit.name) THEN
+		RAISE EXCEPTION 'limit "%" already exists', frameq._clip(name) USING ERRCODE = 'duplicate_object';
+	END IF;
+	INSERT INTO frameq.limits AS l (name, max_running)
+	VALUES (create_limit.name, create_limit.max_running)
+	RETURNING l.id INTO result;
+	PERFORM pg_notify('frameq_limit', json_build_object(
+		'kind', 'limit', 'id', result, 'max_running', max_running)::text);
+	PERFORM frameq._audit('create_limit', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('name', name, 'max_running', max_running, 'limit', result));
+	RETURN result;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.set_limit(name text, max_running int) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	limit_id int;
+BEGIN
+	PERFORM frameq._nonneg(frameq._not_null(max_running, 'max_running'), 'max_running', 10000000);
+	UPDATE frameq.limits l SET max_running = set_limit.max_running, changed_at = pg_catalog.clock_timestamp()
+	 WHERE l.name = frameq._not_null(set_limit.name, 'name')
+	RETURNING l.id INTO limit_id;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'limit "%" does not exist', frameq._clip(name) USING ERRCODE = 'undefined_object';
+	END IF;
+	PERFORM pg_catalog.pg_notify('frameq_limit', pg_catalog.json_build_object(
+		'kind', 'limit', 'id', limit_id, 'max_running', max_running)::text);
+	PERFORM frameq._audit('set_limit', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('name', name, 'max_running', max_running, 'limit', limit_id));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.register_host(name text, allocation text, cores numeric, memory bigint,
+									 gpus int DEFAULT 0, gpu_memory bigint DEFAULT 0,
+									 tags text[] DEFAULT '{}')
+RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	alloc_id int := frameq._allocation_id(allocation);
+	host_cc int := frameq._cc(frameq._not_null(cores, 'cores'), 'cores', false, 100000);
+	host_tags text[] := frameq._tags(tags, 'tags');
+	host_token text := frameq._random_token();
+	host_id int;
+BEGIN
+	PERFORM frameq._name(name, 'name');
+	PERFORM frameq._nonneg(frameq._not_null(memory, 'memory'), 'memory', 1::bigint << 50);
+	IF memory = 0 THEN
+		RAISE EXCEPTION 'memory must be positive' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	PERFORM frameq._nonneg(frameq._not_null(gpus, 'gpus'), 'gpus', 1024);
+	PERFORM frameq._nonneg(frameq._not_null(gpu_memory, 'gpu_memory'), 'gpu_memory', 1::bigint << 50);
+	IF EXISTS (SELECT 1 FROM frameq.host h WHERE h.name = register_host.name AND h.retired_at IS NULL) THEN
+		RAISE EXCEPTION 'host "%" is already registered', frameq._clip(name) USING ERRCODE = 'duplicate_object';
+	END IF;
+	INSERT INTO frameq.host (name, allocation, cores_cc, memory, gpus, gpu_memory, tags,
+							 token_hash, idle_cc, idle_memory, idle_gpus, idle_gpu_memory)
+	VALUES (register_host.name, alloc_id, host_cc, register_host.memory,
+			register_host.gpus, register_host.gpu_memory, host_tags,
+			pg_catalog.sha256(pg_catalog.convert_to(host_token, 'UTF8')), host_cc,
+			register_host.memory, register_host.gpus, register_host.gpu_memory)
+	RETURNING host.id INTO host_id;
+	/* never the token */
+	PERFORM frameq._audit('register_host', NULL, NULL, NULL, host_id,
+		pg_catalog.jsonb_build_object('name', name, 'allocation', allocation, 'cores', cores,
+									  'memory', memory, 'gpus', gpus, 'gpu_memory', gpu_memory,
+									  'tags', host_tags));
+	RETURN host_token;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.rotate_host_token(host text) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	h frameq.host := frameq._host_lock_by_name(host);
+	host_token text := frameq._random_token();
+BEGIN
+	UPDATE frameq.host x SET token_hash = pg_catalog.sha256(pg_catalog.convert_to(host_token, 'UTF8'))
+	 WHERE x.id = h.id;
+	/* that it was rotated, never the token */
+	PERFORM frameq._audit('rotate_host_token', NULL, NULL, NULL, h.id,
+						  pg_catalog.jsonb_build_object('host', h.name));
+	RETURN host_token;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.retire_host(host text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	h frameq.host := frameq._host_lock_by_name(host);
+	live int;
+BEGIN
+	SELECT count(*) INTO live FROM frameq.proc x WHERE x.host = h.id;
+	IF live > 0 THEN
+		RAISE EXCEPTION 'host "%" still has % live proc(s)', h.name, live
+			USING ERRCODE = 'object_in_use',
+				  HINT = 'Drain it (set_host_state ''down'') and wait for its kills to be confirmed, or call confirm_host_dead() if the machine is off.';
+	END IF;
+	UPDATE frameq.host x
+	   SET retired_at = pg_catalog.clock_timestamp(), state = 'down', down_reason = 'operator',
+		   lease_expires_at = NULL, epoch = x.epoch + 1,
+		   /* no token hashes to this: the old one is dead even for a lookup that forgot retired_at */
+		   token_hash = '\x'::bytea
+	 WHERE x.id = h.id;
+	PERFORM frameq._audit('retire_host', NULL, NULL, NULL, h.id,
+						  pg_catalog.jsonb_build_object('host', h.name));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.grant_show(show text, role text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	INSERT INTO frameq.show_grant AS g (show, role)
+	VALUES (frameq._show_id(show), frameq._role_oid(role))
+	ON CONFLICT DO NOTHING;
+	PERFORM frameq._audit('grant_show', NULL, NULL, NULL, NULL,
+						  pg_catalog.jsonb_build_object('show', show, 'role', role));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.revoke_show(show text, role text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	DELETE FROM frameq.show_grant g
+	 WHERE g.show = frameq._show_id(revoke_show.show) AND g.role = frameq._role_oid(revoke_show.role);
+	PERFORM frameq._audit('revoke_show', NULL, NULL, NULL, NULL,
+						  pg_catalog.jsonb_build_object('show', show, 'role', role));
+END
+$$;
+
+CREATE FUNCTION frameq._audit_scrub(detail jsonb) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	CASE pg_catalog.jsonb_typeof(detail)
+	WHEN 'object' THEN
+		RETURN coalesce((
+			SELECT pg_catalog.jsonb_object_agg(e.key,
+					   CASE WHEN e.key = 'env' AND pg_catalog.jsonb_typeof(e.value) = 'object'
+							THEN pg_catalog.to_jsonb(ARRAY(SELECT pg_catalog.jsonb_object_keys(e.value) k
+															ORDER BY k))
+							ELSE frameq._audit_scrub(e.value) END)
+			  FROM pg_catalog.jsonb_each(detail) e
+			 WHERE e.key !~* '(token|secret|password)'), '{}');
+	WHEN 'array' THEN
+		RETURN coalesce((SELECT pg_catalog.jsonb_agg(frameq._audit_scrub(a.value) ORDER BY a.n)
+						   FROM pg_catalog.jsonb_array_elements(detail) WITH ORDINALITY a(value, n)),
+						'[]');
+	WHEN 'string' THEN
+		IF pg_catalog.length(detail #>> '{}') > 2000 THEN
+			RETURN pg_catalog.to_jsonb(pg_catalog.format('%s... (%s characters)',
+				pg_catalog.left(detail #>> '{}', 2000), pg_catalog.length(detail #>> '{}')));
+		END IF;
+		RETURN detail;
+	ELSE
+		RETURN detail;
+	END CASE;
+END
+$$;
+
+CREATE FUNCTION frameq._audit(action text, job bigint, layer bigint, frame bigint, host int,
+							  detail jsonb) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	clean jsonb := frameq._audit_scrub(coalesce(detail, '{}'));
+BEGIN
+	IF pg_catalog.jsonb_typeof(clean) <> 'object' THEN
+		RAISE EXCEPTION 'audit detail must be a JSON object, not %', pg_catalog.jsonb_typeof(clean)
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF pg_catalog.octet_length(clean::text) > 65536 THEN
+		PERFORM frameq._too_big('audit detail', pg_catalog.format('%s bytes, at most 65536',
+																  pg_catalog.octet_length(clean::text)));
+	END IF;
+	INSERT INTO frameq.action (action, job, layer, frame, host, detail)
+	VALUES (_audit.action, _audit.job, _audit.layer, _audit.frame, _audit.host, clean);
+END
+$$;
+
+CREATE FUNCTION frameq._audit_frame(action text, frame bigint, detail jsonb) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	job_id bigint;
+	layer_id bigint;
+	host_id int;
+BEGIN
+	SELECT f.job, f.layer, p.host INTO job_id, layer_id, host_id
+	  FROM frameq.frame f LEFT JOIN frameq.proc p ON p.frame = f.id
+	 WHERE f.id = _audit_frame.frame;
+	PERFORM frameq._audit(action, job_id, layer_id, frame, host_id, detail);
+END
+$$;
+
+CREATE FUNCTION frameq._action_append_only() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	RAISE EXCEPTION 'the audit trail is append-only: its rows are never updated'
+		USING ERRCODE = 'insufficient_privilege';
+END
+$$;
+
+CREATE TRIGGER action_append_only BEFORE UPDATE ON frameq.action
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._action_append_only();
+
+CREATE OR REPLACE FUNCTION frameq.submit(spec jsonb) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	show_id int;
+	folder_id int;
+	job_name text;
+	priority int;
+	max_retries int;
+	auto_eat bool;
+	max_cc int;
+	max_gpus int;
+	host_failure_limit int;
+	max_dead_frames int;
+	paused bool;
+	timeout int;
+	timeout_no_output int;
+	requeue jsonb;
+	layers jsonb;
+	layer jsonb;
+	path text;
+	i int;
+	l_name text[] := '{}';
+	l_command text[] := '{}';
+	l_range text[] := '{}';
+	l_min_cc int[] := '{}';
+	l_max_cc int[] := '{}';
+	l_threadable bool[] := '{}';
+	l_memory bigint[] := '{}';
+	l_gpus int[] := '{}';
+	l_gpu_memory bigint[] := '{}';
+	l_order int[] := '{}';
+	l_env jsonb[] := '{}';
+	l_tags jsonb[] := '{}';
+	l_limits jsonb[] := '{}';
+	l_chunk int[] := '{}';
+	l_after jsonb[] := '{}';
+	l_after_frames jsonb[] := '{}';
+	l_requeue jsonb[] := '{}';
+	l_count bigint[] := '{}';
+	l_timeout int[] := '{}';
+	l_timeout_no_output int[] := '{}';
+	l_progress_pattern text[] := '{}';
+	l_id bigint[] := '{}';
+	after_jobs bigint[];
+	unmet_jobs int;
+	write_order int[];
+	edge_bound bigint := 0;
+	spec_length int;
+	v jsonb;
+	n_frames bigint := 0;
+	n_layer bigint;
+	n_distinct bigint;
+	low int;
+	high int;
+	job_id bigint;
+	layer_id bigint;
+	lim text;
+	lim_id int;
+BEGIN
+	IF spec IS NULL OR jsonb_typeof(spec) <> 'object' THEN
+		RAISE EXCEPTION 'spec must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF pg_catalog.octet_length(spec::text) > 64 * 1024 * 1024 THEN
+		PERFORM frameq._too_big('spec', 'more than 64 MB');
+	END IF;
+	PERFORM frameq._spec_unknown(spec, ARRAY['show', 'folder', 'name', 'priority',
+		'max_retries', 'auto_eat', 'max_cores', 'max_gpus', 'paused', 'layers', 'after_jobs',
+		'timeout', 'timeout_no_output', 'host_failure_limit', 'max_dead_frames',
+		'requeue_exit_codes', 'requeue_delay', 'max_requeues', 'retry_delay'], 'spec');
+
+	v := frameq._spec_value(spec, 'show', 'spec', 'string');
+	IF v IS NULL THEN
+		RAISE EXCEPTION 'spec.show is required' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	SELECT s.id INTO show_id FROM frameq.show s WHERE s.name = v #>> '{}';
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'spec.show: show "%" does not exist', frameq._clip(v #>> '{}')
+			USING ERRCODE = 'undefined_object';
+	END IF;
+	/* a frameq_submit role submits to the shows granted to it only */
+	PERFORM frameq._authorize_show(show_id);
+
+	v := frameq._spec_value(spec, 'folder', 'spec', 'string');
+	IF v IS NOT NULL THEN
+		SELECT f.id INTO folder_id FROM frameq.folder f WHERE f.show = show_id AND f.name = v #>> '{}';
+		IF NOT FOUND THEN
+			RAISE EXCEPTION 'spec.folder: folder "%" does not exist in show "%"',
+				frameq._clip(v #>> '{}'), spec ->> 'show' USING ERRCODE = 'undefined_object';
+		END IF;
+	END IF;
+
+	v := frameq._spec_value(spec, 'name', 'spec', 'string');
+	IF v IS NULL OR v #>> '{}' = '' THEN
+		RAISE EXCEPTION 'spec.name is required' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	job_name := frameq._name(v #>> '{}', 'spec.name', 'job name', 200);
+	priority := frameq._spec_int(spec, 'priority', 'spec', 0, -1000000, 1000000);
+	max_retries := frameq._spec_int(spec, 'max_retries', 'spec', 3, 0, 1000);
+	auto_eat := frameq._spec_bool(spec, 'auto_eat', 'spec', false);
+	paused := frameq._spec_bool(spec, 'paused', 'spec', false);
+	max_cc := frameq._cc(frameq._spec_value(spec, 'max_cores', 'spec', 'number')::numeric,
+						 'spec.max_cores');
+	max_gpus := frameq._spec_int(spec, 'max_gpus', 'spec', NULL, 0, 100000);
+	/* absent: NULL, the default (src/limits.c) */
+	host_failure_limit := frameq._spec_int(spec, 'host_failure_limit', 'spec', NULL, 0, 1000);
+	max_dead_frames := frameq._spec_int(spec, 'max_dead_frames', 'spec', NULL, 1, 1000000);
+	after_jobs := frameq._spec_after_jobs(spec);
+	timeout := frameq._duration(spec -> 'timeout', 'spec.timeout');
+	timeout_no_output := frameq._duration(spec -> 'timeout_no_output', 'spec.timeout_no_output');
+	requeue := frameq._spec_requeue(spec, 'spec');
+
+	layers := frameq._spec_value(spec, 'layers', 'spec', 'array');
+	IF layers IS NULL OR jsonb_array_length(layers) = 0 THEN
+		RAISE EXCEPTION 'spec.layers must be a non-empty array' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF jsonb_array_length(layers) > 1000 THEN
+		PERFORM frameq._too_big('spec.layers',
+			pg_catalog.format('%s layers, at most 1000', jsonb_array_length(layers)));
+	END IF;
+
+	FOR i IN 0 .. jsonb_array_length(layers) - 1 LOOP
+		layer := layers -> i;
+		path := format('spec.layers[%s]', i);
+		IF jsonb_typeof(layer) <> 'object' THEN
+			RAISE EXCEPTION '% must be an object', path USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		PERFORM frameq._spec_unknown(layer, ARRAY['name', 'command', 'range', 'cores',
+			'cores_max', 'threadable', 'memory', 'gpus', 'gpu_memory', 'tags', 'limits',
+			'dispatch_order', 'env', 'chunk', 'after', 'after_frames', 'timeout',
+			'timeout_no_output', 'progress_pattern', 'requeue_exit_codes', 'requeue_delay',
+			'max_requeues', 'retry_delay'], path);
+
+		v := frameq._spec_value(layer, 'name', path, 'string');
+		IF v IS NULL OR v #>> '{}' = '' THEN
+			RAISE EXCEPTION '%.name is required', path USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		PERFORM frameq._name(v #>> '{}', path || '.name', 'layer name');
+		IF (v #>> '{}') = ANY (l_name) THEN
+			RAISE EXCEPTION '%.name "%" is used by an earlier layer', path, frameq._clip(v #>> '{}')
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		l_name := l_name || (v #>> '{}');
+
+		v := frameq._spec_value(layer, 'command', path, 'string');
+		IF v IS NULL OR btrim(v #>> '{}') = '' THEN
+			RAISE EXCEPTION '%.command is required', path USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		l_command := l_command || (v #>> '{}');
+
+		v := frameq._spec_value(layer, 'range', path, 'string');
+		IF v IS NULL THEN
+			RAISE EXCEPTION '%.range is required', path USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		l_range := l_range || (v #>> '{}');
+		/* parse now, so that a bad range fails before anything is written */
+		SELECT count(*), count(DISTINCT n), min(n), max(n) INTO n_layer, n_distinct, low, high
+		  FROM frameq._frame_numbers(v #>> '{}', path || '.range') n;
+		n_frames := n_frames + n_layer;
+		l_count := l_count || n_layer;
+		/* frame numbers per task; a chunk past the layer's frames is one task */
+		l_chunk := l_chunk || frameq._spec_int(layer, 'chunk', path, 1, 1, 100000);
+		spec_length := NULL;
+		IF l_chunk[i + 1] > 1 AND pg_catalog.strpos(l_command[i + 1], '#FRAMESPEC#') > 0 THEN
+			SELECT max(pg_catalog.octet_length(frameq._frame_spec(t.first, t.numbers)))
+			  INTO spec_length
+			  FROM frameq._frame_tasks(v #>> '{}', path || '.range', l_chunk[i + 1]) t;
+		END IF;
+		PERFORM frameq._check_command(l_command[i + 1], path, job_name, l_name[i + 1], low, high,
+									  spec_length);
+		IF n_layer <> n_distinct THEN
+			RAISE EXCEPTION '%.range lists a frame more than once', path
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+
+		l_min_cc := l_min_cc || coalesce(frameq._cc(frameq._spec_value(layer, 'cores', path, 'number')::numeric,
+													path || '.cores', false, 100000), 100);
+		l_threadable := l_threadable || frameq._spec_bool(layer, 'threadable', path, false);
+		v := frameq._spec_value(layer, 'cores_max', path, 'number');
+		IF v IS NULL THEN
+			l_max_cc := l_max_cc || l_min_cc[i + 1];
+		ELSE
+			l_max_cc := l_max_cc || frameq._cc(v::numeric, path || '.cores_max', false, 100000);
+			IF l_max_cc[i + 1] < l_min_cc[i + 1] THEN
+				RAISE EXCEPTION '%.cores_max must not be below %.cores', path, path
+					USING ERRCODE = 'invalid_parameter_value';
+			END IF;
+			IF l_max_cc[i + 1] > l_min_cc[i + 1] AND NOT l_threadable[i + 1] THEN
+				RAISE EXCEPTION '%.cores_max above %.cores needs "threadable": true', path, path
+					USING ERRCODE = 'invalid_parameter_value';
+			END IF;
+		END IF;
+		l_memory := l_memory || frameq._spec_size(layer, 'memory', path);
+		l_gpus := l_gpus || frameq._spec_int(layer, 'gpus', path, 0, 0, 1024);
+		l_gpu_memory := l_gpu_memory || frameq._spec_size(layer, 'gpu_memory', path);
+		l_order := l_order || frameq._spec_int(layer, 'dispatch_order', path, i, -1000000, 1000000);
+		l_tags := l_tags || to_jsonb(frameq._tags(frameq._spec_tags(layer, 'tags', path), path || '.tags'));
+		l_env := l_env || frameq._check_env(frameq._spec_value(layer, 'env', path, 'object'), path);
+		l_timeout := l_timeout || frameq._duration(layer -> 'timeout', path || '.timeout');
+		l_timeout_no_output := l_timeout_no_output
+			|| frameq._duration(layer -> 'timeout_no_output', path || '.timeout_no_output');
+		l_progress_pattern := l_progress_pattern || frameq._progress_pattern(layer, path);
+		l_limits := l_limits || to_jsonb(frameq._spec_tags(layer, 'limits', path));
+		l_requeue := l_requeue || frameq._spec_requeue(layer, path);
+		l_after := l_after || to_jsonb(frameq._spec_tags(layer, 'after', path));
+		/* a layer waited for whole is not waited for frame by frame as well */
+		l_after_frames := l_after_frames || to_jsonb(ARRAY(
+			SELECT a FROM unnest(frameq._spec_tags(layer, 'after_frames', path)) a
+			 WHERE NOT l_after[i + 1] ? a));
+		edge_bound := edge_bound + n_layer * jsonb_array_length(l_after_frames[i + 1]);
+		IF jsonb_array_length(l_limits[i + 1]) > 12 THEN
+			PERFORM frameq._too_big(path || '.limits',
+				pg_catalog.format('%s limits, at most 12', jsonb_array_length(l_limits[i + 1])));
+		END IF;
+		FOR lim IN SELECT jsonb_array_elements_text(l_limits[i + 1]) LOOP
+			IF NOT EXISTS (SELECT 1 FROM frameq.limits lm WHERE lm.name = lim) THEN
+				RAISE EXCEPTION '%.limits: limit "%" does not exist', path, frameq._clip(lim)
+					USING ERRCODE = 'undefined_object';
+			END IF;
+		END LOOP;
+	END LOOP;
+	IF n_frames > 1000000 THEN
+		PERFORM frameq._too_big('spec.layers', 'more than 1000000 frames in all');
+	END IF;
+	/* dependencies: names known, no cycle, and a bound on frame-by-frame edges */
+	write_order := frameq._layer_order(l_name, l_after, l_after_frames);
+	IF edge_bound > frameq._max_frame_edges() THEN
+		PERFORM frameq._too_big('spec.layers', pg_catalog.format(
+			'up to %s frame-by-frame dependencies (frames times after_frames layers), at most %s',
+			edge_bound, frameq._max_frame_edges()));
+	END IF;
+
+	/* everything checked: write */
+	INSERT INTO frameq.job AS j (show, folder, name, priority, max_retries, auto_eat,
+							max_cc, max_gpus, state, timeout, timeout_no_output,
+							requeue_exit_codes, requeue_delay, max_requeues, retry_delay,
+							host_failure_limit, max_dead_frames)
+	VALUES (show_id, folder_id, job_name, priority, max_retries, auto_eat,
+			max_cc, max_gpus, CASE WHEN paused THEN 'paused' ELSE 'active' END,
+			timeout, timeout_no_output,
+			frameq._requeue_codes(requeue), (requeue ->> 'requeue_delay')::int,
+			(requeue ->> 'max_requeues')::int, (requeue ->> 'retry_delay')::int,
+			host_failure_limit, max_dead_frames)
+	RETURNING j.id INTO job_id;
+
+	unmet_jobs := frameq._submit_job_depends(job_id, after_jobs);
+
+	FOR i IN 1 .. array_length(l_name, 1) LOOP
+		INSERT INTO frameq.layer (job, name, command, dispatch_order, min_cc, max_cc,
+								  threadable, memory, gpus, gpu_memory, tags, env, deps_left,
+								  timeout, timeout_no_output, progress_pattern,
+								  requeue_exit_codes, requeue_delay, max_requeues, retry_delay)
+		VALUES (job_id, l_name[i], l_command[i], l_order[i], l_min_cc[i], l_max_cc[i],
+				l_threadable[i], l_memory[i], l_gpus[i], l_gpu_memory[i],
+				ARRAY(SELECT jsonb_array_elements_text(l_tags[i])), l_env[i],
+				unmet_jobs + jsonb_array_length(l_after[i]),
+				l_timeout[i], l_timeout_no_output[i], l_progress_pattern[i],
+				frameq._requeue_codes(l_requeue[i]), (l_requeue[i] ->> 'requeue_delay')::int,
+				(l_requeue[i] ->> 'max_requeues')::int, (l_requeue[i] ->> 'retry_delay')::int)
+		RETURNING layer.id INTO layer_id;
+		l_id := l_id || layer_id;
+		INSERT INTO frameq.layer_limit (layer, limit_id)
+		SELECT layer_id, lm.id FROM frameq.limits lm
+		 WHERE lm.name IN (SELECT jsonb_array_elements_text(l_limits[i]));
+	END LOOP;
+	/* layer on layer: a dependency row each */
+	INSERT INTO frameq.depend (kind, job, layer, on_job, on_layer)
+	SELECT 'layer', job_id, l_id[x], job_id, l_id[array_position(l_name, a)]
+	  FROM generate_series(1, array_length(l_name, 1)) x
+	 CROSS JOIN LATERAL jsonb_array_elements_text(l_after[x]) a;
+	/* frame by frame into an unchunked layer: a row per layer waited for */
+	INSERT INTO frameq.depend (kind, job, layer, on_job, on_layer)
+	SELECT DISTINCT 'frames', job_id, l_id[x], job_id, l_id[array_position(l_name, a)]
+	  FROM generate_series(1, array_length(l_name, 1)) x
+	 CROSS JOIN LATERAL jsonb_array_elements_text(l_after_frames[x]) a
+	 WHERE l_chunk[x] = 1;
+	/* the tasks, every layer after those it waits for frame by frame */
+	FOREACH i IN ARRAY write_order LOOP
+		PERFORM frameq._insert_tasks(job_id, l_id[i], l_range[i], l_chunk[i],
+			unmet_jobs + jsonb_array_length(l_after[i]) > 0,
+			EXISTS (SELECT 1 FROM generate_series(1, array_length(l_name, 1)) x
+					 WHERE l_after[x] ? l_name[i] OR (l_after_frames[x] ? l_name[i] AND l_chunk[x] > 1)),
+			ARRAY(SELECT l_id[array_position(l_name, a)]
+					FROM jsonb_array_elements_text(l_after_frames[i]) a),
+			ARRAY(SELECT l_range[array_position(l_name, a)] = l_range[i]
+					FROM jsonb_array_elements_text(l_after_frames[i]) a));
+	END LOOP;
+	PERFORM frameq._announce_job_ready(job_id);
+	/* a summary, not the spec: no command, no env */
+	PERFORM frameq._audit('submit', job_id, NULL, NULL, NULL, pg_catalog.jsonb_build_object(
+		'show', spec ->> 'show', 'folder', spec ->> 'folder', 'name', job_name,
+		'layers', pg_catalog.array_length(l_name, 1), 'frames', n_frames, 'paused', paused));
+	RETURN job_id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.set_job(job bigint, priority int DEFAULT NULL,
+							   max_cores numeric DEFAULT NULL, max_gpus int DEFAULT NULL,
+							   paused bool DEFAULT NULL, clear_caps bool DEFAULT false)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	j frameq.job;
+	cap_cc int := frameq._cc(max_cores, 'max_cores');
+	caps_changed bool := clear_caps OR max_cores IS NOT NULL OR max_gpus IS NOT NULL;
+	was_paused bool;
+BEGIN
+	PERFORM frameq._authorize_job(job);
+	PERFORM frameq._nonneg(max_gpus, 'max_gpus', 100000);
+	IF priority NOT BETWEEN -1000000 AND 1000000 THEN
+		RAISE EXCEPTION 'priority must be from -1000000 to 1000000, not %', priority
+			USING ERRCODE = CASE WHEN priority > 0 THEN 'program_limit_exceeded'
+								 ELSE 'invalid_parameter_value' END;
+	END IF;
+	PERFORM frameq._not_null(clear_caps, 'clear_caps');
+	SELECT * INTO j FROM frameq.job x WHERE x.id = frameq._not_null(set_job.job, 'job')
+	   FOR NO KEY UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	was_paused := j.state = 'paused';
+	IF paused IS NOT NULL AND j.state IN ('finished', 'killed') THEN
+		RAISE EXCEPTION 'job % is %: it cannot be paused or resumed', job, j.state
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	UPDATE frameq.job x SET
+		priority = coalesce(set_job.priority, x.priority),
+		max_cc = CASE WHEN clear_caps THEN cap_cc ELSE coalesce(cap_cc, x.max_cc) END,
+		max_gpus = CASE WHEN clear_caps THEN set_job.max_gpus
+						ELSE coalesce(set_job.max_gpus, x.max_gpus) END,
+		state = CASE WHEN set_job.paused IS NULL THEN x.state
+					 WHEN set_job.paused THEN 'paused' ELSE 'active' END,
+		/* the job's own reason for a pause goes with any pause or resume */
+		paused_reason = CASE WHEN set_job.paused IS NULL THEN x.paused_reason END,
+		caps_changed_at = CASE WHEN caps_changed THEN clock_timestamp() ELSE x.caps_changed_at END
+	 WHERE x.id = set_job.job
+	RETURNING * INTO j;
+	IF caps_changed THEN
+		PERFORM pg_notify('frameq_limit', json_build_object(
+			'kind', 'job', 'id', job, 'max_cores', j.max_cc / 100.0, 'max_gpus', j.max_gpus)::text);
+	END IF;
+	IF was_paused AND j.state = 'active' THEN
+		PERFORM frameq._announce_job_ready(j.id);
+	END IF;
+	/* the arguments given */
+	PERFORM frameq._audit('set_job', j.id, NULL, NULL, NULL,
+		pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
+			'priority', priority, 'max_cores', max_cores, 'max_gpus', max_gpus, 'paused', paused,
+			'clear_caps', CASE WHEN clear_caps THEN true END)));
+END
+$$;
+
 CREATE OR REPLACE FUNCTION frameq._frame_action(frame bigint, reason text, want text, from_states text[],
 									 target text)
 RETURNS text LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -251,6 +923,211 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION frameq.kill_frame(frame bigint, reason text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	st text;
+	outcome text;
+BEGIN
+	PERFORM frameq._authorize_frame(frame);
+	PERFORM frameq._reason(reason);
+	SELECT x.state INTO st FROM frameq.frame x WHERE x.id = frameq._not_null(kill_frame.frame, 'frame');
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'frame % does not exist', frame USING ERRCODE = 'undefined_object';
+	END IF;
+	IF st IN ('succeeded', 'eaten') THEN
+		RAISE EXCEPTION 'frame % is %: there is nothing to kill', frame, st
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	outcome := frameq._frame_action(frame, reason, 'dead', ARRAY['waiting', 'depend'], 'dead');
+	PERFORM frameq._audit_frame('kill_frame', frame,
+		pg_catalog.jsonb_build_object('reason', reason, 'outcome', outcome));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.retry_frame(frame bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	outcome text;
+BEGIN
+	PERFORM frameq._authorize_frame(frame);
+	IF NOT EXISTS (SELECT 1 FROM frameq.frame x WHERE x.id = frameq._not_null(retry_frame.frame, 'frame')) THEN
+		RAISE EXCEPTION 'frame % does not exist', frame USING ERRCODE = 'undefined_object';
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM frameq.proc x WHERE x.frame = retry_frame.frame) THEN
+		/*
+		 * Putting a finished frame back: hold the job row in SHARE mode so
+		 * that neither kill_job nor a completion finishing the job can
+		 * pass us unseen.  (A running frame only gets a kill order, which
+		 * cannot finish or reopen anything.)
+		 */
+		PERFORM 1 FROM frameq.job j JOIN frameq.frame x ON x.job = j.id
+		  WHERE x.id = retry_frame.frame FOR SHARE OF j;
+	END IF;
+	IF EXISTS (SELECT 1 FROM frameq.frame x JOIN frameq.job j ON j.id = x.job
+				WHERE x.id = retry_frame.frame AND j.state = 'killed') THEN
+		RAISE EXCEPTION 'frame % belongs to a killed job', frame
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	IF frameq._end_delay(ARRAY[frame]) > 0 THEN
+		PERFORM frameq._audit_frame('retry_frame', frame, '{"outcome": "delay ended"}');
+		RETURN;
+	END IF;
+	outcome := frameq._frame_action(frame, 'retried by operator', 'waiting',
+									ARRAY['succeeded', 'dead', 'eaten'], 'waiting');
+	/*
+	 * A kill_job may have committed while we waited for the frame's proc:
+	 * look again, and undo everything (by failing) if the job is killed.
+	 */
+	IF EXISTS (SELECT 1 FROM frameq.frame x JOIN frameq.job j ON j.id = x.job
+				WHERE x.id = retry_frame.frame AND j.state = 'killed') THEN
+		RAISE EXCEPTION 'frame % belongs to a killed job', frame
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	PERFORM frameq._audit_frame('retry_frame', frame,
+								pg_catalog.jsonb_build_object('outcome', outcome));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.eat_frame(frame bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	st text;
+	outcome text;
+BEGIN
+	PERFORM frameq._authorize_frame(frame);
+	SELECT x.state INTO st FROM frameq.frame x WHERE x.id = frameq._not_null(eat_frame.frame, 'frame');
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'frame % does not exist', frame USING ERRCODE = 'undefined_object';
+	END IF;
+	IF st = 'succeeded' THEN
+		RAISE EXCEPTION 'frame % succeeded: there is nothing to eat', frame
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	outcome := frameq._frame_action(frame, 'eaten by operator', 'eaten',
+									ARRAY['waiting', 'depend', 'dead'], 'eaten');
+	PERFORM frameq._audit_frame('eat_frame', frame,
+								pg_catalog.jsonb_build_object('outcome', outcome));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.kill_job(job bigint, reason text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	j frameq.job;
+	f bigint;
+	live int := 0;
+BEGIN
+	PERFORM frameq._authorize_job(job);
+	PERFORM frameq._reason(reason);
+	/* lock order as in complete(): the job's procs, then the job row */
+	PERFORM 1 FROM frameq.proc x WHERE x.job = kill_job.job FOR NO KEY UPDATE;
+	/* FOR UPDATE conflicts with retry_frame's SHARE lock on the job row */
+	SELECT * INTO j FROM frameq.job x WHERE x.id = frameq._not_null(kill_job.job, 'job')
+	   FOR UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	IF j.state = 'finished' THEN
+		RAISE EXCEPTION 'job % is finished: there is nothing to kill', job
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	/* no new bookings from here on: the job is no longer active */
+	UPDATE frameq.job x SET state = 'killed', finished_at = clock_timestamp() WHERE x.id = j.id;
+	FOR f IN SELECT x.id FROM frameq.frame x
+			  WHERE x.job = j.id AND x.state IN ('waiting', 'depend', 'running') ORDER BY x.id LOOP
+		PERFORM frameq._frame_action(f, reason, 'dead', ARRAY['waiting', 'depend'], 'dead');
+		live := live + 1;
+	END LOOP;
+	PERFORM frameq._audit('kill_job', j.id, NULL, NULL, NULL,
+						  pg_catalog.jsonb_build_object('reason', reason, 'frames', live));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.set_host_state(host text, state text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	h frameq.host;
+BEGIN
+	IF state IS NULL OR state NOT IN ('up', 'down', 'repair') THEN
+		RAISE EXCEPTION 'state must be up, down or repair, not %', coalesce(frameq._clip(state), 'null')
+			USING ERRCODE = CASE WHEN state IS NULL THEN 'null_value_not_allowed'
+								 ELSE 'invalid_parameter_value' END;
+	END IF;
+	h := frameq._host_lock_by_name(host);
+	IF state <> 'up' THEN
+		/* its work is ordered killed; the frames stay held until that is confirmed */
+		PERFORM frameq._kill_order(x.id, pg_catalog.format('host set %s', set_host_state.state), 'waiting')
+		   FROM frameq.proc x WHERE x.host = h.id AND x.state = 'running';
+	END IF;
+	UPDATE frameq.host x SET state = set_host_state.state,
+		   down_reason = CASE WHEN set_host_state.state = 'up' THEN NULL ELSE 'operator' END
+	 WHERE x.id = h.id;
+	PERFORM frameq._audit('set_host_state', NULL, NULL, NULL, h.id,
+		pg_catalog.jsonb_build_object('host', h.name, 'state', state, 'was', h.state));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.confirm_host_dead(host text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	h frameq.host := frameq._host_lock_by_name(host);
+	procs bigint[];
+BEGIN
+	procs := ARRAY(SELECT x.id FROM frameq.proc x WHERE x.host = h.id);
+	PERFORM frameq._release_procs(procs, 'operator');
+	UPDATE frameq.host x SET epoch = x.epoch + 1, lease_expires_at = NULL,
+		   state = CASE WHEN x.state = 'up' THEN 'down' ELSE x.state END,
+		   down_reason = CASE WHEN x.state = 'up' THEN 'operator' ELSE x.down_reason END
+	 WHERE x.id = h.id;
+	PERFORM frameq._audit('confirm_host_dead', NULL, NULL, NULL, h.id,
+		pg_catalog.jsonb_build_object('host', h.name, 'released', pg_catalog.cardinality(procs)));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.unblock_host(job bigint, host text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	h frameq.host;
+	was_blocked bool;
+BEGIN
+	PERFORM frameq._authorize_job(frameq._not_null(unblock_host.job, 'job'));
+	IF NOT EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = unblock_host.job) THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	h := frameq._host_by_name(frameq._bounded(unblock_host.host, 'host', 100));
+	DELETE FROM frameq.job_host_failure f WHERE f.job = unblock_host.job AND f.host = h.id
+	RETURNING f.blocked_at IS NOT NULL INTO was_blocked;
+	IF FOUND THEN
+		PERFORM 1 FROM frameq.job j WHERE j.id = unblock_host.job FOR NO KEY UPDATE;
+		PERFORM frameq._job_blocks_mark(unblock_host.job);
+	END IF;
+	PERFORM frameq._audit('unblock_host', job, NULL, NULL, h.id,
+		pg_catalog.jsonb_build_object('host', h.name, 'was_blocked', coalesce(was_blocked, false)));
+END
+$$;
+
+CREATE FUNCTION frameq.comment_job(job bigint, text text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	PERFORM frameq._not_null(job, 'job');
+	PERFORM frameq._authorize_job(job);
+	PERFORM frameq._bounded(frameq._not_null(comment_job.text, 'text'), 'text', 2000);
+	IF pg_catalog.btrim(comment_job.text, E' \t\n\r') = '' THEN
+		RAISE EXCEPTION 'text must not be empty' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF pg_catalog.translate(comment_job.text, E'\t\n\r', '') ~ '[[:cntrl:]]' THEN
+		RAISE EXCEPTION 'text must not hold control characters (tab, newline and carriage return may)'
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = comment_job.job) THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	PERFORM frameq._audit('comment_job', job, NULL, NULL, NULL,
+						  pg_catalog.jsonb_build_object('text', comment_job.text));
+END
+$$;
+
 CREATE OR REPLACE FUNCTION frameq._announce_job_ready(job bigint) RETURNS void
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 	SELECT frameq._announce_ready(job, l.id, w.n)
@@ -264,6 +1141,111 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 	 WHERE l.job = _announce_job_ready.job AND w.n > 0
 	   AND EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = _announce_job_ready.job AND j.state = 'active')
 	 ORDER BY l.id
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.depend_job(job bigint, on_job bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	PERFORM frameq._not_null(job, 'job');
+	PERFORM frameq._not_null(on_job, 'on_job');
+	/* the job's waiting tasks are found with a snapshot taken after its row is locked */
+	IF current_setting('transaction_isolation') <> 'read committed' THEN
+		RAISE EXCEPTION 'depend_job must run in a READ COMMITTED transaction'
+			USING ERRCODE = 'feature_not_supported',
+				  HINT = 'A transaction snapshot taken earlier may miss tasks made waiting since.';
+	END IF;
+	PERFORM frameq._authorize_job(job);
+	/*
+	 * Before any row lock: every transaction making the job's tasks waiting
+	 * with the lock held ends first, and those that follow read the count
+	 * under FOR SHARE (the gate, frame_gate).
+	 */
+	PERFORM frameq._lock_job(job);
+	PERFORM 1 FROM frameq.job j WHERE j.id = depend_job.job FOR NO KEY UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	PERFORM frameq._check_job_depend(job, on_job, 'on_job');
+	IF (SELECT count(*) FROM frameq.depend d WHERE d.kind = 'job' AND d.job = depend_job.job)
+	   >= frameq._max_job_depends() THEN
+		PERFORM frameq._too_big('on_job', pg_catalog.format('job %s has %s job dependencies already',
+															job, frameq._max_job_depends()));
+	END IF;
+	PERFORM frameq._add_job_depend(job, on_job);
+	PERFORM frameq._audit('depend_job', job, NULL, NULL, NULL,
+						  pg_catalog.jsonb_build_object('on_job', on_job));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.drop_depends(job bigint, layer text DEFAULT NULL) RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	layer_id bigint;
+	ids bigint[];
+	freed bigint[];
+	n bigint;
+BEGIN
+	PERFORM frameq._not_null(job, 'job');
+	PERFORM frameq._authorize_job(job);
+	IF NOT EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = drop_depends.job) THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	IF layer IS NOT NULL THEN
+		SELECT l.id INTO layer_id FROM frameq.layer l WHERE l.job = drop_depends.job AND l.name = layer;
+		IF NOT FOUND THEN
+			RAISE EXCEPTION 'job % has no layer "%"', job, frameq._clip(layer)
+				USING ERRCODE = 'undefined_object';
+		END IF;
+	END IF;
+	/*
+	 * Lock order as a prerequisite's end takes them: the edges (here in
+	 * one fixed order), then the tasks they hold, then the dependency rows,
+	 * then the layers.
+	 */
+	PERFORM 1 FROM frameq.frame_depend e JOIN frameq.frame f ON f.id = e.frame
+	  WHERE NOT e.satisfied AND f.job = drop_depends.job
+		AND f.state IN ('waiting', 'depend', 'running')
+		AND (layer_id IS NULL OR f.layer = layer_id)
+	  ORDER BY e.frame, e.on_frame FOR UPDATE OF e;
+	/*
+	 * Edges of chunked layers are met one by one; an unchunked layer's
+	 * dependencies found by number are dropped whole, and each task of it
+	 * counts none (a prerequisite's end then leaves it alone).
+	 */
+	WITH met AS (
+			UPDATE frameq.frame_depend e SET satisfied = true
+			  FROM frameq.frame f
+			 WHERE e.frame = f.id AND NOT e.satisfied AND f.job = drop_depends.job
+			   AND f.state IN ('waiting', 'depend', 'running')
+			   AND (layer_id IS NULL OR f.layer = layer_id)
+			RETURNING e.frame),
+		 dropped AS (
+			UPDATE frameq.depend d SET satisfied = true
+			 WHERE d.job = drop_depends.job AND d.kind = 'frames' AND NOT d.satisfied
+			   AND (layer_id IS NULL OR d.layer = layer_id)
+			RETURNING d.layer),
+		 found AS (
+			SELECT f.id FROM frameq.frame f
+			 WHERE f.layer IN (SELECT dropped.layer FROM dropped) AND f.deps_left > 0),
+		 less AS (
+			UPDATE frameq.frame f SET deps_left = 0
+			  FROM (SELECT met.frame FROM met UNION SELECT found.id FROM found) m
+			 WHERE f.id = m.frame
+			RETURNING f.id, f.state)
+	SELECT array_agg(x.id) INTO freed FROM less x WHERE x.state = 'depend';
+	n := frameq._free_tasks(freed);
+	SELECT array_agg(d.id) INTO ids FROM (
+		SELECT d.id FROM frameq.depend d
+		 WHERE d.job = drop_depends.job AND d.kind <> 'frames' AND NOT d.satisfied
+		   AND (layer_id IS NULL OR d.layer = layer_id)
+		 ORDER BY d.id FOR UPDATE) d;
+	IF ids IS NOT NULL THEN
+		n := n + frameq._meet_depends(ids);
+	END IF;
+	PERFORM frameq._audit('drop_depends', job, layer_id, NULL, NULL,
+						  pg_catalog.jsonb_build_object('layer', layer, 'freed', n));
+	RETURN n;
+END
 $$;
 
 CREATE OR REPLACE VIEW frameq.frames AS
@@ -283,6 +1265,10 @@ SELECT r.proc, r.frame, r.job, h.name AS host, r.epoch, r.started_at, r.ended_at
 	   (r.cores_cc / 100.0)::numeric(12,2) AS cores, r.memory
   FROM frameq.run r
   JOIN frameq.host h ON h.id = r.host;
+
+CREATE OR REPLACE VIEW frameq.actions AS
+SELECT a.id, a.at, a.role, a.action, a.job, a.layer, a.frame, a.host, a.detail
+  FROM frameq.action a;
 
 CREATE OR REPLACE FUNCTION frameq.check() RETURNS TABLE (invariant text, detail text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -613,5 +1599,10 @@ REVOKE ALL ON FUNCTION
 	frameq._largest_host_memory(bigint),
 	frameq._queue_layers(bigint[], bigint, bigint),
 	frameq._layer_has_waiting(bigint),
-	frameq._row_has_waiting(bigint, bigint)
+	frameq._row_has_waiting(bigint, bigint),
+	frameq._audit_scrub(jsonb),
+	frameq._audit(text, bigint, bigint, bigint, int, jsonb),
+	frameq._audit_frame(text, bigint, jsonb),
+	frameq._action_append_only(),
+	frameq.comment_job(bigint, text)
 	FROM PUBLIC;

@@ -51,6 +51,8 @@ GRANT EXECUTE ON FUNCTION
 	frameq.confirm_host_dead(text), frameq.depend_job(bigint, bigint),
 	frameq.drop_depends(bigint, text), frameq.unblock_host(bigint, text)
 	TO frameq_admin;
+/* 0.6.0: a note on a job, for whoever may set_job it */
+GRANT EXECUTE ON FUNCTION frameq.comment_job(bigint, text) TO frameq_admin, frameq_submit;
 GRANT EXECUTE ON FUNCTION
 	frameq.attach(text, text, text), frameq.heartbeat(text, text, bigint, bigint[], jsonb),
 	frameq.reserve(text, text, bigint, int),
@@ -71,3 +73,5 @@ GRANT EXECUTE ON FUNCTION frameq.check(), frameq.ledger(), frameq.worker_status(
 GRANT SELECT ON frameq.frames, frameq.job_progress, frameq.usage, frameq.hosts, frameq.runs,
 	frameq.show_grants, frameq.dispatch_parked, frameq.depends, frameq.job_host_blocks
 	TO frameq_reader;
+/* 0.6.0: the audit trail; its table stays the owner's alone (append-only, admin.sql) */
+GRANT SELECT ON frameq.actions TO frameq_reader;

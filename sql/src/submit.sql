@@ -664,6 +664,10 @@ BEGIN
 					FROM jsonb_array_elements_text(l_after_frames[i]) a));
 	END LOOP;
 	PERFORM frameq._announce_job_ready(job_id);
+	/* a summary, not the spec: no command, no env */
+	PERFORM frameq._audit('submit', job_id, NULL, NULL, NULL, pg_catalog.jsonb_build_object(
+		'show', spec ->> 'show', 'folder', spec ->> 'folder', 'name', job_name,
+		'layers', pg_catalog.array_length(l_name, 1), 'frames', n_frames, 'paused', paused));
 	RETURN job_id;
 END
 $$;
@@ -721,5 +725,10 @@ BEGIN
 	IF was_paused AND j.state = 'active' THEN
 		PERFORM frameq._announce_job_ready(j.id);
 	END IF;
+	/* the arguments given */
+	PERFORM frameq._audit('set_job', j.id, NULL, NULL, NULL,
+		pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
+			'priority', priority, 'max_cores', max_cores, 'max_gpus', max_gpus, 'paused', paused,
+			'clear_caps', CASE WHEN clear_caps THEN true END)));
 END
 $$;

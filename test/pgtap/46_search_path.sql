@@ -308,6 +308,7 @@ INSERT INTO t46_calls (fn, who, code, want) VALUES
 	('kill_job', 't46_submitter', format($$SELECT frameq.kill_job(%s, 'shadow test')$$, :jk), 'ok'),
 	/* h2's failure of frame 4 blocked it for t46-a (host_failure_limit 1) */
 	('unblock_host', 't46_submitter', format($$SELECT frameq.unblock_host(%s, 't46-h2')$$, :ja), 'ok'),
+	('comment_job', 't46_submitter', format($$SELECT frameq.comment_job(%s, E'looked at\tit')$$, :ja), 'ok'),
 	/* operator actions on hosts */
 	('set_host_state', 't46_admin', $$SELECT frameq.set_host_state('t46-h2', 'repair')$$, 'ok'),
 	('set_host_state', 't46_admin', $$SELECT frameq.set_host_state('t46-h2', 'up')$$, 'ok'),
@@ -327,6 +328,7 @@ INSERT INTO t46_calls (fn, who, code, want) VALUES
 	('_ledger_parked', 't46_reader', $$SELECT * FROM frameq.dispatch_parked$$, 'ok'),
 	('depends', 't46_reader', $$SELECT * FROM frameq.depends$$, 'ok'),
 	('job_host_blocks', 't46_reader', $$SELECT * FROM frameq.job_host_blocks$$, 'ok'),
+	('actions', 't46_reader', $$SELECT * FROM frameq.actions$$, 'ok'),
 	('_frame_spec', 't46_reader', $$SELECT frame_spec FROM frameq.frames$$, 'ok'),
 	('_frame_spec', 't46_reader', $$SELECT frameq._frame_spec(7, '{7,9,11}'), frameq._frame_spec(7, '{7,3}')$$, 'ok'),
 	('check', 't46_admin', $$SELECT * FROM frameq.check()$$, 'ok');
