@@ -3,7 +3,8 @@
  * ---------------------------------------------------------------------
  * admin.sql: administration (frameq_admin): allocations, shows and their
  * subscriptions, folders, limits, hosts and their credentials, and which
- * roles may submit to a show.
+ * roles may submit to a show; and the audit trail (at the end), which
+ * every operator and administration function writes to.
  * ---------------------------------------------------------------------
  */
 

@@ -13,7 +13,7 @@
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(89);
+SELECT plan(92);
 
 CREATE ROLE t70_admin IN ROLE frameq_admin;
 CREATE ROLE t70_sub IN ROLE frameq_submit;
@@ -334,6 +334,37 @@ SELECT fqtest.throws_like($$SELECT frameq._audit('t_arr', NULL, NULL, NULL, NULL
 	'_audit refuses a detail that is not an object');
 SELECT fqtest.throws_like($$SELECT frameq._audit('Bad-Name', NULL, NULL, NULL, NULL, NULL)$$, '23514', NULL,
 	'_audit refuses an action name that is not lower case and _');
+
+-- ------------------------------------------------------ who writes the trail, and who never does
+
+/*
+ * Every entry point an admin or a submitter may call, and no agent or
+ * reader, is an action: its body calls _audit (or _audit_frame).  A new
+ * operator function that forgets to fails here, by name.
+ */
+SELECT is(ARRAY(SELECT p.proname::text FROM pg_proc p
+				 WHERE p.pronamespace = 'frameq'::regnamespace AND p.prosecdef
+				   AND (has_function_privilege('frameq_admin', p.oid, 'EXECUTE')
+						OR has_function_privilege('frameq_submit', p.oid, 'EXECUTE'))
+				   AND NOT has_function_privilege('frameq_reader', p.oid, 'EXECUTE')
+				   AND NOT has_function_privilege('frameq_agent', p.oid, 'EXECUTE')
+				   AND p.prosrc !~ 'frameq\._audit(_frame)?\('
+				 ORDER BY 1), '{}'::text[],
+	'every operator and administration entry point writes the trail');
+/* and only those: no internal function an agent's call or the worker may run, no trigger */
+SELECT is(ARRAY(SELECT p.proname::text FROM pg_proc p
+				 WHERE p.pronamespace = 'frameq'::regnamespace
+				   AND p.prosrc ~ 'frameq\._audit(_frame)?\('
+				   AND p.proname <> '_audit_frame'
+				   AND NOT (p.prosecdef AND (has_function_privilege('frameq_admin', p.oid, 'EXECUTE')
+											 OR has_function_privilege('frameq_submit', p.oid, 'EXECUTE'))
+							AND NOT has_function_privilege('frameq_agent', p.oid, 'EXECUTE'))
+				 ORDER BY 1), '{}'::text[],
+	'no function but those entry points calls _audit: nothing on an agent''s path, no worker step');
+SELECT is(ARRAY(SELECT t.tgname::text FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
+				 WHERE p.pronamespace = 'frameq'::regnamespace AND p.prosrc ~ '_audit'
+				 ORDER BY 1), '{}'::text[],
+	'no trigger writes the trail');
 
 SELECT * FROM finish();
 ROLLBACK;
