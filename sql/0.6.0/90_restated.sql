@@ -360,6 +360,326 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 							  AND f.memory IS NOT NULL))))
 $$;
 
+CREATE OR REPLACE FUNCTION frameq.create_allocation(name text, tag text DEFAULT NULL) RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	result int;
+BEGIN
+	PERFORM frameq._name(name, 'name');
+	IF tag IS NOT NULL THEN
+		PERFORM frameq._tags(ARRAY[tag], 'tag');
+	END IF;
+	IF EXISTS (SELECT 1 FROM frameq.allocation a WHERE a.name = create_allocation.name) THEN
+		RAISE EXCEPTION 'allocation "%" already exists', frameq._clip(name) USING ERRCODE = 'duplicate_object';
+	END IF;
+	INSERT INTO frameq.allocation AS a (name, tag)
+	VALUES (create_allocation.name, create_allocation.tag) RETURNING a.id INTO result;
+	PERFORM frameq._audit('create_allocation', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('name', name, 'tag', tag, 'allocation', result));
+	RETURN result;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.create_show(name text) RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	result int;
+BEGIN
+	PERFORM frameq._name(name, 'name');
+	IF EXISTS (SELECT 1 FROM frameq.show s WHERE s.name = create_show.name) THEN
+		RAISE EXCEPTION 'show "%" already exists', frameq._clip(name) USING ERRCODE = 'duplicate_object';
+	END IF;
+	INSERT INTO frameq.show AS s (name) VALUES (create_show.name) RETURNING s.id INTO result;
+	PERFORM frameq._audit('create_show', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('name', name, 'show', result));
+	RETURN result;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.set_subscription(show text, allocation text, size numeric, burst numeric)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	show_id int := frameq._show_id(show);
+	alloc_id int := frameq._allocation_id(allocation);
+	size_cc int := frameq._cc(frameq._not_null(size, 'size'), 'size');
+	burst_cc int := frameq._cc(frameq._not_null(burst, 'burst'), 'burst');
+BEGIN
+	INSERT INTO frameq.subscription AS s (show, allocation, size_cc, burst_cc)
+	VALUES (show_id, alloc_id, size_cc, burst_cc)
+	ON CONFLICT (show, allocation) DO UPDATE
+		SET size_cc = excluded.size_cc, burst_cc = excluded.burst_cc,
+			changed_at = clock_timestamp();
+	PERFORM pg_notify('frameq_limit', json_build_object(
+		'kind', 'subscription', 'id', show_id, 'allocation', alloc_id,
+		'size', size, 'burst', burst)::text);
+	PERFORM frameq._audit('set_subscription', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('show', show, 'allocation', allocation, 'size', size,
+									  'burst', burst));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.create_folder(show text, name text, max_cores numeric DEFAULT NULL,
+									 max_gpus int DEFAULT NULL)
+RETURNS int LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	show_id int := frameq._show_id(show);
+	cap_cc int := frameq._cc(max_cores, 'max_cores');
+	result int;
+BEGIN
+	PERFORM frameq._name(name, 'name');
+	PERFORM frameq._nonneg(max_gpus, 'max_gpus', 100000);
+	IF EXISTS (SELECT 1 FROM frameq.folder f WHERE f.show = show_id AND f.name = create_folder.name) THEN
+		RAISE EXCEPTION 'folder "%" already exists in show "%"', frameq._clip(name), frameq._clip(show)
+			USING ERRCODE = 'duplicate_object';
+	END IF;
+	INSERT INTO frameq.folder AS f (show, name, max_cc, max_gpus)
+	VALUES (show_id, create_folder.name, cap_cc, create_folder.max_gpus) RETURNING f.id INTO result;
+	PERFORM pg_catalog.pg_notify('frameq_limit', pg_catalog.json_build_object(
+		'kind', 'folder', 'id', result, 'max_cores', max_cores, 'max_gpus', max_gpus)::text);
+	PERFORM frameq._audit('create_folder', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('show', show, 'name', name, 'max_cores', max_cores,
+									  'max_gpus', max_gpus, 'folder', result));
+	RETURN result;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.set_folder_limits(folder int, max_cores numeric, max_gpus int)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	cap_cc int := frameq._cc(max_cores, 'max_cores');
+BEGIN
+	PERFORM frameq._nonneg(max_gpus, 'max_gpus', 100000);
+	UPDATE frameq.folder f SET max_cc = cap_cc, max_gpus = set_folder_limits.max_gpus,
+		   changed_at = clock_timestamp()
+	 WHERE f.id = frameq._not_null(set_folder_limits.folder, 'folder');
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'folder % does not exist', folder USING ERRCODE = 'undefined_object';
+	END IF;
+	PERFORM pg_notify('frameq_limit', json_build_object(
+		'kind', 'folder', 'id', folder, 'max_cores', max_cores, 'max_gpus', max_gpus)::text);
+	PERFORM frameq._audit('set_folder_limits', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('folder', folder, 'max_cores', max_cores,
+									  'max_gpus', max_gpus));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.create_limit(name text, max_running int) RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	result int;
+BEGIN
+	PERFORM frameq._name(name, 'name');
+	PERFORM frameq._nonneg(frameq._not_null(max_running, 'max_running'), 'max_running', 10000000);
+	IF EXISTS (SELECT 1 FROM frameq.limits l WHERE l.name = create_limit.name) THEN
+		RAISE EXCEPTION 'limit "%" already exists', frameq._clip(name) USING ERRCODE = 'duplicate_object';
+	END IF;
+	INSERT INTO frameq.limits AS l (name, max_running)
+	VALUES (create_limit.name, create_limit.max_running)
+	RETURNING l.id INTO result;
+	PERFORM pg_notify('frameq_limit', json_build_object(
+		'kind', 'limit', 'id', result, 'max_running', max_running)::text);
+	PERFORM frameq._audit('create_limit', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('name', name, 'max_running', max_running, 'limit', result));
+	RETURN result;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.set_limit(name text, max_running int) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	limit_id int;
+BEGIN
+	PERFORM frameq._nonneg(frameq._not_null(max_running, 'max_running'), 'max_running', 10000000);
+	UPDATE frameq.limits l SET max_running = set_limit.max_running, changed_at = pg_catalog.clock_timestamp()
+	 WHERE l.name = frameq._not_null(set_limit.name, 'name')
+	RETURNING l.id INTO limit_id;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'limit "%" does not exist', frameq._clip(name) USING ERRCODE = 'undefined_object';
+	END IF;
+	PERFORM pg_catalog.pg_notify('frameq_limit', pg_catalog.json_build_object(
+		'kind', 'limit', 'id', limit_id, 'max_running', max_running)::text);
+	PERFORM frameq._audit('set_limit', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('name', name, 'max_running', max_running, 'limit', limit_id));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.register_host(name text, allocation text, cores numeric, memory bigint,
+									 gpus int DEFAULT 0, gpu_memory bigint DEFAULT 0,
+									 tags text[] DEFAULT '{}')
+RETURNS text LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+	alloc_id int := frameq._allocation_id(allocation);
+	host_cc int := frameq._cc(frameq._not_null(cores, 'cores'), 'cores', false, 100000);
+	host_tags text[] := frameq._tags(tags, 'tags');
+	host_token text := frameq._random_token();
+	host_id int;
+BEGIN
+	PERFORM frameq._name(name, 'name');
+	PERFORM frameq._nonneg(frameq._not_null(memory, 'memory'), 'memory', 1::bigint << 50);
+	IF memory = 0 THEN
+		RAISE EXCEPTION 'memory must be positive' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	PERFORM frameq._nonneg(frameq._not_null(gpus, 'gpus'), 'gpus', 1024);
+	PERFORM frameq._nonneg(frameq._not_null(gpu_memory, 'gpu_memory'), 'gpu_memory', 1::bigint << 50);
+	IF EXISTS (SELECT 1 FROM frameq.host h WHERE h.name = register_host.name AND h.retired_at IS NULL) THEN
+		RAISE EXCEPTION 'host "%" is already registered', frameq._clip(name) USING ERRCODE = 'duplicate_object';
+	END IF;
+	INSERT INTO frameq.host (name, allocation, cores_cc, memory, gpus, gpu_memory, tags,
+							 token_hash, idle_cc, idle_memory, idle_gpus, idle_gpu_memory)
+	VALUES (register_host.name, alloc_id, host_cc, register_host.memory,
+			register_host.gpus, register_host.gpu_memory, host_tags,
+			pg_catalog.sha256(pg_catalog.convert_to(host_token, 'UTF8')), host_cc,
+			register_host.memory, register_host.gpus, register_host.gpu_memory)
+	RETURNING host.id INTO host_id;
+	/* never the token */
+	PERFORM frameq._audit('register_host', NULL, NULL, NULL, host_id,
+		pg_catalog.jsonb_build_object('name', name, 'allocation', allocation, 'cores', cores,
+									  'memory', memory, 'gpus', gpus, 'gpu_memory', gpu_memory,
+									  'tags', host_tags));
+	RETURN host_token;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.rotate_host_token(host text) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	h frameq.host := frameq._host_lock_by_name(host);
+	host_token text := frameq._random_token();
+BEGIN
+	UPDATE frameq.host x SET token_hash = pg_catalog.sha256(pg_catalog.convert_to(host_token, 'UTF8'))
+	 WHERE x.id = h.id;
+	/* that it was rotated, never the token */
+	PERFORM frameq._audit('rotate_host_token', NULL, NULL, NULL, h.id,
+						  pg_catalog.jsonb_build_object('host', h.name));
+	RETURN host_token;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.retire_host(host text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	h frameq.host := frameq._host_lock_by_name(host);
+	live int;
+BEGIN
+	SELECT count(*) INTO live FROM frameq.proc x WHERE x.host = h.id;
+	IF live > 0 THEN
+		RAISE EXCEPTION 'host "%" still has % live proc(s)', h.name, live
+			USING ERRCODE = 'object_in_use',
+				  HINT = 'Drain it (set_host_state ''down'') and wait for its kills to be confirmed, or call confirm_host_dead() if the machine is off.';
+	END IF;
+	UPDATE frameq.host x
+	   SET retired_at = pg_catalog.clock_timestamp(), state = 'down', down_reason = 'operator',
+		   lease_expires_at = NULL, epoch = x.epoch + 1,
+		   /* no token hashes to this: the old one is dead even for a lookup that forgot retired_at */
+		   token_hash = '\x'::bytea
+	 WHERE x.id = h.id;
+	PERFORM frameq._audit('retire_host', NULL, NULL, NULL, h.id,
+						  pg_catalog.jsonb_build_object('host', h.name));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.grant_show(show text, role text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	INSERT INTO frameq.show_grant AS g (show, role)
+	VALUES (frameq._show_id(show), frameq._role_oid(role))
+	ON CONFLICT DO NOTHING;
+	PERFORM frameq._audit('grant_show', NULL, NULL, NULL, NULL,
+						  pg_catalog.jsonb_build_object('show', show, 'role', role));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.revoke_show(show text, role text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	DELETE FROM frameq.show_grant g
+	 WHERE g.show = frameq._show_id(revoke_show.show) AND g.role = frameq._role_oid(revoke_show.role);
+	PERFORM frameq._audit('revoke_show', NULL, NULL, NULL, NULL,
+						  pg_catalog.jsonb_build_object('show', show, 'role', role));
+END
+$$;
+
+CREATE FUNCTION frameq._audit_scrub(detail jsonb) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	CASE pg_catalog.jsonb_typeof(detail)
+	WHEN 'object' THEN
+		RETURN coalesce((
+			SELECT pg_catalog.jsonb_object_agg(e.key,
+					   CASE WHEN e.key = 'env' AND pg_catalog.jsonb_typeof(e.value) = 'object'
+							THEN pg_catalog.to_jsonb(ARRAY(SELECT pg_catalog.jsonb_object_keys(e.value) k
+															ORDER BY k))
+							ELSE frameq._audit_scrub(e.value) END)
+			  FROM pg_catalog.jsonb_each(detail) e
+			 WHERE e.key !~* '(token|secret|password)'), '{}');
+	WHEN 'array' THEN
+		RETURN coalesce((SELECT pg_catalog.jsonb_agg(frameq._audit_scrub(a.value) ORDER BY a.n)
+						   FROM pg_catalog.jsonb_array_elements(detail) WITH ORDINALITY a(value, n)),
+						'[]');
+	WHEN 'string' THEN
+		IF pg_catalog.length(detail #>> '{}') > 2000 THEN
+			RETURN pg_catalog.to_jsonb(pg_catalog.format('%s... (%s characters)',
+				pg_catalog.left(detail #>> '{}', 2000), pg_catalog.length(detail #>> '{}')));
+		END IF;
+		RETURN detail;
+	ELSE
+		RETURN detail;
+	END CASE;
+END
+$$;
+
+CREATE FUNCTION frameq._audit(action text, job bigint, layer bigint, frame bigint, host int,
+							  detail jsonb) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	clean jsonb := frameq._audit_scrub(coalesce(detail, '{}'));
+BEGIN
+	IF pg_catalog.jsonb_typeof(clean) <> 'object' THEN
+		RAISE EXCEPTION 'audit detail must be a JSON object, not %', pg_catalog.jsonb_typeof(clean)
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF pg_catalog.octet_length(clean::text) > 65536 THEN
+		PERFORM frameq._too_big('audit detail', pg_catalog.format('%s bytes, at most 65536',
+																  pg_catalog.octet_length(clean::text)));
+	END IF;
+	INSERT INTO frameq.action (action, job, layer, frame, host, detail)
+	VALUES (_audit.action, _audit.job, _audit.layer, _audit.frame, _audit.host, clean);
+END
+$$;
+
+CREATE FUNCTION frameq._audit_frame(action text, frame bigint, detail jsonb) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	job_id bigint;
+	layer_id bigint;
+	host_id int;
+BEGIN
+	SELECT f.job, f.layer, p.host INTO job_id, layer_id, host_id
+	  FROM frameq.frame f LEFT JOIN frameq.proc p ON p.frame = f.id
+	 WHERE f.id = _audit_frame.frame;
+	PERFORM frameq._audit(action, job_id, layer_id, frame, host_id, detail);
+END
+$$;
+
+CREATE FUNCTION frameq._action_append_only() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	RAISE EXCEPTION 'the audit trail is append-only: its rows are never updated'
+		USING ERRCODE = 'insufficient_privilege';
+END
+$$;
+
+CREATE TRIGGER action_append_only BEFORE UPDATE ON frameq.action
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._action_append_only();
+
 CREATE OR REPLACE FUNCTION frameq.submit(spec jsonb) RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
@@ -649,6 +969,10 @@ BEGIN
 					FROM jsonb_array_elements_text(l_after_frames[i]) a));
 	END LOOP;
 	PERFORM frameq._announce_job_ready(job_id);
+	/* a summary, not the spec: no command, no env */
+	PERFORM frameq._audit('submit', job_id, NULL, NULL, NULL, pg_catalog.jsonb_build_object(
+		'show', spec ->> 'show', 'folder', spec ->> 'folder', 'name', job_name,
+		'layers', pg_catalog.array_length(l_name, 1), 'frames', n_frames, 'paused', paused));
 	RETURN job_id;
 END
 $$;
@@ -774,6 +1098,9 @@ BEGIN
 	IF was_paused AND j.state = 'active' THEN
 		PERFORM frameq._announce_job_ready(j.id);
 	END IF;
+	/* the changes asked for (the positional form's arguments, as changes) */
+	PERFORM frameq._audit('set_job', j.id, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('changes', changes));
 END
 $$;
 
@@ -1005,6 +1332,9 @@ BEGIN
 		PERFORM frameq._announce_ready(j.id, o.id, (SELECT count(*) FROM frameq.frame f
 			WHERE f.layer = o.id AND f.state = 'waiting' AND f.not_before IS NULL));
 	END IF;
+	/* env values are reduced to their names by _audit */
+	PERFORM frameq._audit('set_layer', j.id, o.id, NULL, NULL,
+		pg_catalog.jsonb_build_object('layer', set_layer.layer, 'changes', changes));
 END
 $$;
 
@@ -1080,6 +1410,8 @@ BEGIN
 		PERFORM frameq._frame_waiting(l.id, low);
 		PERFORM frameq._announce_ready(j.id, l.id, added);
 	END IF;
+	PERFORM frameq._audit('add_frames', j.id, l.id, NULL, NULL,
+		pg_catalog.jsonb_build_object('layer', add_frames.layer, 'range', range, 'tasks', added));
 	RETURN added;
 END
 $$;
@@ -1185,6 +1517,94 @@ BEGIN
 		/* running but its proc went away between our looks: look again */
 	END LOOP;
 	RAISE EXCEPTION 'frame % kept changing state', frame USING ERRCODE = 'lock_not_available';
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.kill_frame(frame bigint, reason text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	st text;
+	outcome text;
+BEGIN
+	PERFORM frameq._authorize_frame(frame);
+	PERFORM frameq._reason(reason);
+	SELECT x.state INTO st FROM frameq.frame x WHERE x.id = frameq._not_null(kill_frame.frame, 'frame');
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'frame % does not exist', frame USING ERRCODE = 'undefined_object';
+	END IF;
+	IF st IN ('succeeded', 'eaten') THEN
+		RAISE EXCEPTION 'frame % is %: there is nothing to kill', frame, st
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	outcome := frameq._frame_action(frame, reason, 'dead', ARRAY['waiting', 'depend'], 'dead');
+	PERFORM frameq._audit_frame('kill_frame', frame,
+		pg_catalog.jsonb_build_object('reason', reason, 'outcome', outcome));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.retry_frame(frame bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	outcome text;
+BEGIN
+	PERFORM frameq._authorize_frame(frame);
+	IF NOT EXISTS (SELECT 1 FROM frameq.frame x WHERE x.id = frameq._not_null(retry_frame.frame, 'frame')) THEN
+		RAISE EXCEPTION 'frame % does not exist', frame USING ERRCODE = 'undefined_object';
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM frameq.proc x WHERE x.frame = retry_frame.frame) THEN
+		/*
+		 * Putting a finished frame back: hold the job row in SHARE mode so
+		 * that neither kill_job nor a completion finishing the job can
+		 * pass us unseen.  (A running frame only gets a kill order, which
+		 * cannot finish or reopen anything.)
+		 */
+		PERFORM 1 FROM frameq.job j JOIN frameq.frame x ON x.job = j.id
+		  WHERE x.id = retry_frame.frame FOR SHARE OF j;
+	END IF;
+	IF EXISTS (SELECT 1 FROM frameq.frame x JOIN frameq.job j ON j.id = x.job
+				WHERE x.id = retry_frame.frame AND j.state = 'killed') THEN
+		RAISE EXCEPTION 'frame % belongs to a killed job', frame
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	IF frameq._end_delay(ARRAY[frame]) > 0 THEN
+		PERFORM frameq._audit_frame('retry_frame', frame, '{"outcome": "delay ended"}');
+		RETURN;
+	END IF;
+	outcome := frameq._frame_action(frame, 'retried by operator', 'waiting',
+									ARRAY['succeeded', 'dead', 'eaten'], 'waiting');
+	/*
+	 * A kill_job may have committed while we waited for the frame's proc:
+	 * look again, and undo everything (by failing) if the job is killed.
+	 */
+	IF EXISTS (SELECT 1 FROM frameq.frame x JOIN frameq.job j ON j.id = x.job
+				WHERE x.id = retry_frame.frame AND j.state = 'killed') THEN
+		RAISE EXCEPTION 'frame % belongs to a killed job', frame
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	PERFORM frameq._audit_frame('retry_frame', frame,
+								pg_catalog.jsonb_build_object('outcome', outcome));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.eat_frame(frame bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	st text;
+	outcome text;
+BEGIN
+	PERFORM frameq._authorize_frame(frame);
+	SELECT x.state INTO st FROM frameq.frame x WHERE x.id = frameq._not_null(eat_frame.frame, 'frame');
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'frame % does not exist', frame USING ERRCODE = 'undefined_object';
+	END IF;
+	IF st = 'succeeded' THEN
+		RAISE EXCEPTION 'frame % succeeded: there is nothing to eat', frame
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	outcome := frameq._frame_action(frame, 'eaten by operator', 'eaten',
+									ARRAY['waiting', 'depend', 'dead'], 'eaten');
+	PERFORM frameq._audit_frame('eat_frame', frame,
+								pg_catalog.jsonb_build_object('outcome', outcome));
 END
 $$;
 
@@ -1294,6 +1714,8 @@ BEGIN
 													ARRAY(SELECT s FROM unnest(states) s
 														   WHERE s IN ('succeeded', 'dead', 'eaten'))),
 								 ARRAY['succeeded', 'dead', 'eaten'], 'waiting');
+	PERFORM frameq._audit('retry_frames', retry_frames.job, layer_id, NULL, NULL,
+		pg_catalog.jsonb_build_object('layer', retry_frames.layer, 'states', states, 'tasks', n));
 	RETURN n;
 END
 $$;
@@ -1320,6 +1742,8 @@ BEGIN
 	IF 'running' = ANY (states) THEN
 		n := n + frameq._bulk_kill_orders(eat_frames.job, layer_id, 'eaten by operator', 'eaten');
 	END IF;
+	PERFORM frameq._audit('eat_frames', eat_frames.job, layer_id, NULL, NULL,
+		pg_catalog.jsonb_build_object('layer', eat_frames.layer, 'states', states, 'tasks', n));
 	RETURN n;
 END
 $$;
@@ -1337,7 +1761,43 @@ BEGIN
 	/* as eat_frames: the tasks first, then the kill orders */
 	n := frameq._move_frames(frameq._bulk_tasks(kill_frames.job, layer_id, ARRAY['waiting', 'depend']),
 							 ARRAY['waiting', 'depend'], 'dead');
-	RETURN n + frameq._bulk_kill_orders(kill_frames.job, layer_id, reason, 'dead');
+	n := n + frameq._bulk_kill_orders(kill_frames.job, layer_id, reason, 'dead');
+	PERFORM frameq._audit('kill_frames', kill_frames.job, layer_id, NULL, NULL,
+		pg_catalog.jsonb_build_object('layer', kill_frames.layer, 'reason', reason, 'tasks', n));
+	RETURN n;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.kill_job(job bigint, reason text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	j frameq.job;
+	f bigint;
+	live int := 0;
+BEGIN
+	PERFORM frameq._authorize_job(job);
+	PERFORM frameq._reason(reason);
+	/* lock order as in complete(): the job's procs, then the job row */
+	PERFORM 1 FROM frameq.proc x WHERE x.job = kill_job.job FOR NO KEY UPDATE;
+	/* FOR UPDATE conflicts with retry_frame's SHARE lock on the job row */
+	SELECT * INTO j FROM frameq.job x WHERE x.id = frameq._not_null(kill_job.job, 'job')
+	   FOR UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	IF j.state = 'finished' THEN
+		RAISE EXCEPTION 'job % is finished: there is nothing to kill', job
+			USING ERRCODE = 'object_not_in_prerequisite_state';
+	END IF;
+	/* no new bookings from here on: the job is no longer active */
+	UPDATE frameq.job x SET state = 'killed', finished_at = clock_timestamp() WHERE x.id = j.id;
+	FOR f IN SELECT x.id FROM frameq.frame x
+			  WHERE x.job = j.id AND x.state IN ('waiting', 'depend', 'running') ORDER BY x.id LOOP
+		PERFORM frameq._frame_action(f, reason, 'dead', ARRAY['waiting', 'depend'], 'dead');
+		live := live + 1;
+	END LOOP;
+	PERFORM frameq._audit('kill_job', j.id, NULL, NULL, NULL,
+						  pg_catalog.jsonb_build_object('reason', reason, 'frames', live));
 END
 $$;
 
@@ -1360,6 +1820,68 @@ BEGIN
 	UPDATE frameq.host x SET state = set_host_state.state,
 		   down_reason = CASE WHEN set_host_state.state = 'up' THEN NULL ELSE 'operator' END
 	 WHERE x.id = h.id;
+	PERFORM frameq._audit('set_host_state', NULL, NULL, NULL, h.id,
+		pg_catalog.jsonb_build_object('host', h.name, 'state', state, 'was', h.state));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.confirm_host_dead(host text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	h frameq.host := frameq._host_lock_by_name(host);
+	procs bigint[];
+BEGIN
+	procs := ARRAY(SELECT x.id FROM frameq.proc x WHERE x.host = h.id);
+	PERFORM frameq._release_procs(procs, 'operator');
+	UPDATE frameq.host x SET epoch = x.epoch + 1, lease_expires_at = NULL,
+		   state = CASE WHEN x.state = 'up' THEN 'down' ELSE x.state END,
+		   down_reason = CASE WHEN x.state = 'up' THEN 'operator' ELSE x.down_reason END
+	 WHERE x.id = h.id;
+	PERFORM frameq._audit('confirm_host_dead', NULL, NULL, NULL, h.id,
+		pg_catalog.jsonb_build_object('host', h.name, 'released', pg_catalog.cardinality(procs)));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.unblock_host(job bigint, host text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	h frameq.host;
+	was_blocked bool;
+BEGIN
+	PERFORM frameq._authorize_job(frameq._not_null(unblock_host.job, 'job'));
+	IF NOT EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = unblock_host.job) THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	h := frameq._host_by_name(frameq._bounded(unblock_host.host, 'host', 100));
+	DELETE FROM frameq.job_host_failure f WHERE f.job = unblock_host.job AND f.host = h.id
+	RETURNING f.blocked_at IS NOT NULL INTO was_blocked;
+	IF FOUND THEN
+		PERFORM 1 FROM frameq.job j WHERE j.id = unblock_host.job FOR NO KEY UPDATE;
+		PERFORM frameq._job_blocks_mark(unblock_host.job);
+	END IF;
+	PERFORM frameq._audit('unblock_host', job, NULL, NULL, h.id,
+		pg_catalog.jsonb_build_object('host', h.name, 'was_blocked', coalesce(was_blocked, false)));
+END
+$$;
+
+CREATE FUNCTION frameq.comment_job(job bigint, text text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	PERFORM frameq._not_null(job, 'job');
+	PERFORM frameq._authorize_job(job);
+	PERFORM frameq._bounded(frameq._not_null(comment_job.text, 'text'), 'text', 2000);
+	IF pg_catalog.btrim(comment_job.text, E' \t\n\r') = '' THEN
+		RAISE EXCEPTION 'text must not be empty' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF pg_catalog.translate(comment_job.text, E'\t\n\r', '') ~ '[[:cntrl:]]' THEN
+		RAISE EXCEPTION 'text must not hold control characters (tab, newline and carriage return may)'
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = comment_job.job) THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	PERFORM frameq._audit('comment_job', job, NULL, NULL, NULL,
+						  pg_catalog.jsonb_build_object('text', comment_job.text));
 END
 $$;
 
@@ -1381,6 +1903,111 @@ $$;
 CREATE FUNCTION frameq._gate_memo(on_ bool) RETURNS void
 	AS 'MODULE_PATHNAME', 'frameq_gate_memo' LANGUAGE C VOLATILE STRICT
 	SET search_path = pg_catalog, pg_temp;
+
+CREATE OR REPLACE FUNCTION frameq.depend_job(job bigint, on_job bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	PERFORM frameq._not_null(job, 'job');
+	PERFORM frameq._not_null(on_job, 'on_job');
+	/* the job's waiting tasks are found with a snapshot taken after its row is locked */
+	IF current_setting('transaction_isolation') <> 'read committed' THEN
+		RAISE EXCEPTION 'depend_job must run in a READ COMMITTED transaction'
+			USING ERRCODE = 'feature_not_supported',
+				  HINT = 'A transaction snapshot taken earlier may miss tasks made waiting since.';
+	END IF;
+	PERFORM frameq._authorize_job(job);
+	/*
+	 * Before any row lock: every transaction making the job's tasks waiting
+	 * with the lock held ends first, and those that follow read the count
+	 * under FOR SHARE (the gate, frame_gate).
+	 */
+	PERFORM frameq._lock_job(job);
+	PERFORM 1 FROM frameq.job j WHERE j.id = depend_job.job FOR NO KEY UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	PERFORM frameq._check_job_depend(job, on_job, 'on_job');
+	IF (SELECT count(*) FROM frameq.depend d WHERE d.kind = 'job' AND d.job = depend_job.job)
+	   >= frameq._max_job_depends() THEN
+		PERFORM frameq._too_big('on_job', pg_catalog.format('job %s has %s job dependencies already',
+															job, frameq._max_job_depends()));
+	END IF;
+	PERFORM frameq._add_job_depend(job, on_job);
+	PERFORM frameq._audit('depend_job', job, NULL, NULL, NULL,
+						  pg_catalog.jsonb_build_object('on_job', on_job));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.drop_depends(job bigint, layer text DEFAULT NULL) RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	layer_id bigint;
+	ids bigint[];
+	freed bigint[];
+	n bigint;
+BEGIN
+	PERFORM frameq._not_null(job, 'job');
+	PERFORM frameq._authorize_job(job);
+	IF NOT EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = drop_depends.job) THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	IF layer IS NOT NULL THEN
+		SELECT l.id INTO layer_id FROM frameq.layer l WHERE l.job = drop_depends.job AND l.name = layer;
+		IF NOT FOUND THEN
+			RAISE EXCEPTION 'job % has no layer "%"', job, frameq._clip(layer)
+				USING ERRCODE = 'undefined_object';
+		END IF;
+	END IF;
+	/*
+	 * Lock order as a prerequisite's end takes them: the edges (here in
+	 * one fixed order), then the tasks they hold, then the dependency rows,
+	 * then the layers.
+	 */
+	PERFORM 1 FROM frameq.frame_depend e JOIN frameq.frame f ON f.id = e.frame
+	  WHERE NOT e.satisfied AND f.job = drop_depends.job
+		AND f.state IN ('waiting', 'depend', 'running')
+		AND (layer_id IS NULL OR f.layer = layer_id)
+	  ORDER BY e.frame, e.on_frame FOR UPDATE OF e;
+	/*
+	 * Edges of chunked layers are met one by one; an unchunked layer's
+	 * dependencies found by number are dropped whole, and each task of it
+	 * counts none (a prerequisite's end then leaves it alone).
+	 */
+	WITH met AS (
+			UPDATE frameq.frame_depend e SET satisfied = true
+			  FROM frameq.frame f
+			 WHERE e.frame = f.id AND NOT e.satisfied AND f.job = drop_depends.job
+			   AND f.state IN ('waiting', 'depend', 'running')
+			   AND (layer_id IS NULL OR f.layer = layer_id)
+			RETURNING e.frame),
+		 dropped AS (
+			UPDATE frameq.depend d SET satisfied = true
+			 WHERE d.job = drop_depends.job AND d.kind = 'frames' AND NOT d.satisfied
+			   AND (layer_id IS NULL OR d.layer = layer_id)
+			RETURNING d.layer),
+		 found AS (
+			SELECT f.id FROM frameq.frame f
+			 WHERE f.layer IN (SELECT dropped.layer FROM dropped) AND f.deps_left > 0),
+		 less AS (
+			UPDATE frameq.frame f SET deps_left = 0
+			  FROM (SELECT met.frame FROM met UNION SELECT found.id FROM found) m
+			 WHERE f.id = m.frame
+			RETURNING f.id, f.state)
+	SELECT array_agg(x.id) INTO freed FROM less x WHERE x.state = 'depend';
+	n := frameq._free_tasks(freed);
+	SELECT array_agg(d.id) INTO ids FROM (
+		SELECT d.id FROM frameq.depend d
+		 WHERE d.job = drop_depends.job AND d.kind <> 'frames' AND NOT d.satisfied
+		   AND (layer_id IS NULL OR d.layer = layer_id)
+		 ORDER BY d.id FOR UPDATE) d;
+	IF ids IS NOT NULL THEN
+		n := n + frameq._meet_depends(ids);
+	END IF;
+	PERFORM frameq._audit('drop_depends', job, layer_id, NULL, NULL,
+						  pg_catalog.jsonb_build_object('layer', layer, 'freed', n));
+	RETURN n;
+END
+$$;
 
 CREATE OR REPLACE VIEW frameq.frames AS
 SELECT f.id AS frame, f.job, f.layer, f.number AS frame_number, f.state, f.retries,
@@ -1416,6 +2043,10 @@ SELECT r.proc, r.frame, r.job, h.name AS host, r.epoch, r.started_at, r.ended_at
 	   (r.cores_cc / 100.0)::numeric(12,2) AS cores, r.memory, r.log
   FROM frameq.run r
   JOIN frameq.host h ON h.id = r.host;
+
+CREATE OR REPLACE VIEW frameq.actions AS
+SELECT a.id, a.at, a.role, a.action, a.job, a.layer, a.frame, a.host, a.detail
+  FROM frameq.action a;
 
 CREATE OR REPLACE FUNCTION frameq.check() RETURNS TABLE (invariant text, detail text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -1765,6 +2396,10 @@ REVOKE ALL ON FUNCTION
 	frameq._layer_has_waiting(bigint),
 	frameq._row_has_waiting(bigint, bigint),
 	frameq._row_current(frameq.dispatch_queue),
+	frameq._audit_scrub(jsonb),
+	frameq._audit(text, bigint, bigint, bigint, int, jsonb),
+	frameq._audit_frame(text, bigint, jsonb),
+	frameq._action_append_only(),
 	frameq.set_job(bigint, jsonb),
 	frameq._edited_layer(frameq.layer, jsonb, text),
 	frameq._edited_limits(jsonb),
@@ -1780,5 +2415,6 @@ REVOKE ALL ON FUNCTION
 	frameq.retry_frames(bigint, text, text[]),
 	frameq.eat_frames(bigint, text, text[]),
 	frameq.kill_frames(bigint, text, text),
+	frameq.comment_job(bigint, text),
 	frameq._gate_memo(bool)
 	FROM PUBLIC;

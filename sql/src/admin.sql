@@ -3,7 +3,8 @@
  * ---------------------------------------------------------------------
  * admin.sql: administration (frameq_admin): allocations, shows and their
  * subscriptions, folders, limits, hosts and their credentials, and which
- * roles may submit to a show.
+ * roles may submit to a show; and the audit trail (at the end), which
+ * every operator and administration function writes to.
  * ---------------------------------------------------------------------
  */
 
@@ -22,6 +23,8 @@ BEGIN
 	END IF;
 	INSERT INTO frameq.allocation AS a (name, tag)
 	VALUES (create_allocation.name, create_allocation.tag) RETURNING a.id INTO result;
+	PERFORM frameq._audit('create_allocation', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('name', name, 'tag', tag, 'allocation', result));
 	RETURN result;
 END
 $$;
@@ -37,6 +40,8 @@ BEGIN
 		RAISE EXCEPTION 'show "%" already exists', frameq._clip(name) USING ERRCODE = 'duplicate_object';
 	END IF;
 	INSERT INTO frameq.show AS s (name) VALUES (create_show.name) RETURNING s.id INTO result;
+	PERFORM frameq._audit('create_show', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('name', name, 'show', result));
 	RETURN result;
 END
 $$;
@@ -58,6 +63,9 @@ BEGIN
 	PERFORM pg_notify('frameq_limit', json_build_object(
 		'kind', 'subscription', 'id', show_id, 'allocation', alloc_id,
 		'size', size, 'burst', burst)::text);
+	PERFORM frameq._audit('set_subscription', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('show', show, 'allocation', allocation, 'size', size,
+									  'burst', burst));
 END
 $$;
 
@@ -80,6 +88,9 @@ BEGIN
 	VALUES (show_id, create_folder.name, cap_cc, create_folder.max_gpus) RETURNING f.id INTO result;
 	PERFORM pg_catalog.pg_notify('frameq_limit', pg_catalog.json_build_object(
 		'kind', 'folder', 'id', result, 'max_cores', max_cores, 'max_gpus', max_gpus)::text);
+	PERFORM frameq._audit('create_folder', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('show', show, 'name', name, 'max_cores', max_cores,
+									  'max_gpus', max_gpus, 'folder', result));
 	RETURN result;
 END
 $$;
@@ -99,6 +110,9 @@ BEGIN
 	END IF;
 	PERFORM pg_notify('frameq_limit', json_build_object(
 		'kind', 'folder', 'id', folder, 'max_cores', max_cores, 'max_gpus', max_gpus)::text);
+	PERFORM frameq._audit('set_folder_limits', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('folder', folder, 'max_cores', max_cores,
+									  'max_gpus', max_gpus));
 END
 $$;
 
@@ -118,6 +132,8 @@ BEGIN
 	RETURNING l.id INTO result;
 	PERFORM pg_notify('frameq_limit', json_build_object(
 		'kind', 'limit', 'id', result, 'max_running', max_running)::text);
+	PERFORM frameq._audit('create_limit', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('name', name, 'max_running', max_running, 'limit', result));
 	RETURN result;
 END
 $$;
@@ -137,6 +153,8 @@ BEGIN
 	END IF;
 	PERFORM pg_catalog.pg_notify('frameq_limit', pg_catalog.json_build_object(
 		'kind', 'limit', 'id', limit_id, 'max_running', max_running)::text);
+	PERFORM frameq._audit('set_limit', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('name', name, 'max_running', max_running, 'limit', limit_id));
 END
 $$;
 
@@ -157,6 +175,7 @@ DECLARE
 	host_cc int := frameq._cc(frameq._not_null(cores, 'cores'), 'cores', false, 100000);
 	host_tags text[] := frameq._tags(tags, 'tags');
 	host_token text := frameq._random_token();
+	host_id int;
 BEGIN
 	PERFORM frameq._name(name, 'name');
 	PERFORM frameq._nonneg(frameq._not_null(memory, 'memory'), 'memory', 1::bigint << 50);
@@ -173,7 +192,13 @@ BEGIN
 	VALUES (register_host.name, alloc_id, host_cc, register_host.memory,
 			register_host.gpus, register_host.gpu_memory, host_tags,
 			pg_catalog.sha256(pg_catalog.convert_to(host_token, 'UTF8')), host_cc,
-			register_host.memory, register_host.gpus, register_host.gpu_memory);
+			register_host.memory, register_host.gpus, register_host.gpu_memory)
+	RETURNING host.id INTO host_id;
+	/* never the token */
+	PERFORM frameq._audit('register_host', NULL, NULL, NULL, host_id,
+		pg_catalog.jsonb_build_object('name', name, 'allocation', allocation, 'cores', cores,
+									  'memory', memory, 'gpus', gpus, 'gpu_memory', gpu_memory,
+									  'tags', host_tags));
 	RETURN host_token;
 END
 $$;
@@ -190,6 +215,9 @@ DECLARE
 BEGIN
 	UPDATE frameq.host x SET token_hash = pg_catalog.sha256(pg_catalog.convert_to(host_token, 'UTF8'))
 	 WHERE x.id = h.id;
+	/* that it was rotated, never the token */
+	PERFORM frameq._audit('rotate_host_token', NULL, NULL, NULL, h.id,
+						  pg_catalog.jsonb_build_object('host', h.name));
 	RETURN host_token;
 END
 $$;
@@ -219,6 +247,8 @@ BEGIN
 		   /* no token hashes to this: the old one is dead even for a lookup that forgot retired_at */
 		   token_hash = '\x'::bytea
 	 WHERE x.id = h.id;
+	PERFORM frameq._audit('retire_host', NULL, NULL, NULL, h.id,
+						  pg_catalog.jsonb_build_object('host', h.name));
 END
 $$;
 
@@ -311,6 +341,8 @@ BEGIN
 	INSERT INTO frameq.show_grant AS g (show, role)
 	VALUES (frameq._show_id(show), frameq._role_oid(role))
 	ON CONFLICT DO NOTHING;
+	PERFORM frameq._audit('grant_show', NULL, NULL, NULL, NULL,
+						  pg_catalog.jsonb_build_object('show', show, 'role', role));
 END
 $$;
 
@@ -320,5 +352,121 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
 	DELETE FROM frameq.show_grant g
 	 WHERE g.show = frameq._show_id(revoke_show.show) AND g.role = frameq._role_oid(revoke_show.role);
+	PERFORM frameq._audit('revoke_show', NULL, NULL, NULL, NULL,
+						  pg_catalog.jsonb_build_object('show', show, 'role', role));
 END
 $$;
+
+/*
+ * ---------------------------------------------------------------------
+ * The audit trail (table action, view actions; doc/reference.md, "Audit
+ * trail").  Every operator and administration function records what it
+ * did by calling frameq._audit() once, after its checks, in its own
+ * transaction: a call that fails rolls its row back with everything else.
+ * The agent's calls (attach, heartbeat, reserve, complete) and the
+ * background worker record nothing.
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * What an audit row may hold of a detail: keys whose name contains token,
+ * secret or password are dropped, an "env" object becomes the list of its
+ * variables' names (never their values), and a string longer than 2,000
+ * characters keeps its first 2,000 and says how long it was; at any depth.
+ */
+CREATE FUNCTION frameq._audit_scrub(detail jsonb) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	CASE pg_catalog.jsonb_typeof(detail)
+	WHEN 'object' THEN
+		RETURN coalesce((
+			SELECT pg_catalog.jsonb_object_agg(e.key,
+					   CASE WHEN e.key = 'env' AND pg_catalog.jsonb_typeof(e.value) = 'object'
+							THEN pg_catalog.to_jsonb(ARRAY(SELECT pg_catalog.jsonb_object_keys(e.value) k
+															ORDER BY k))
+							ELSE frameq._audit_scrub(e.value) END)
+			  FROM pg_catalog.jsonb_each(detail) e
+			 WHERE e.key !~* '(token|secret|password)'), '{}');
+	WHEN 'array' THEN
+		RETURN coalesce((SELECT pg_catalog.jsonb_agg(frameq._audit_scrub(a.value) ORDER BY a.n)
+						   FROM pg_catalog.jsonb_array_elements(detail) WITH ORDINALITY a(value, n)),
+						'[]');
+	WHEN 'string' THEN
+		IF pg_catalog.length(detail #>> '{}') > 2000 THEN
+			RETURN pg_catalog.to_jsonb(pg_catalog.format('%s... (%s characters)',
+				pg_catalog.left(detail #>> '{}', 2000), pg_catalog.length(detail #>> '{}')));
+		END IF;
+		RETURN detail;
+	ELSE
+		RETURN detail;
+	END CASE;
+END
+$$;
+
+/*
+ * The one writer of the audit trail.  Its contract, for every operator or
+ * administration function (and only those):
+ * - call it once per successful call, after every check has passed, in
+ *   the function's own transaction (never in a separate one, never from
+ *   a trigger): a call that fails then leaves no row;
+ * - action is the function's name (lower case and _, at most 64);
+ * - job, layer, frame, host are the ids acted on (NULL where none; host is
+ *   the host's id, and a frame action passes the host running the frame,
+ *   if any); the row keeps them even after what they name is gone;
+ * - detail is a JSON object of the call's arguments (names, not ids, where
+ *   the caller gave names) and what came of it (an id created, a count);
+ *   NULL means {}.  Pass no token, run secret or env value: _audit_scrub
+ *   drops and hides those it can recognise (above) as a second line, not
+ *   as the first; keep it small (past 64 kB after scrubbing is 54000,
+ *   which fails the action: pass counts, not lists of ids);
+ * - never call it from attach, heartbeat, reserve, complete, the worker,
+ *   or anything they call: the trail is for people's actions, and the
+ *   agent's paths must not write here.
+ * role and at are filled in here: session_user and the clock.  Granted to
+ * nobody; it runs as its caller (the extension's owner, inside the
+ * SECURITY DEFINER entry points), the only role that may insert.
+ */
+CREATE FUNCTION frameq._audit(action text, job bigint, layer bigint, frame bigint, host int,
+							  detail jsonb) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	clean jsonb := frameq._audit_scrub(coalesce(detail, '{}'));
+BEGIN
+	IF pg_catalog.jsonb_typeof(clean) <> 'object' THEN
+		RAISE EXCEPTION 'audit detail must be a JSON object, not %', pg_catalog.jsonb_typeof(clean)
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF pg_catalog.octet_length(clean::text) > 65536 THEN
+		PERFORM frameq._too_big('audit detail', pg_catalog.format('%s bytes, at most 65536',
+																  pg_catalog.octet_length(clean::text)));
+	END IF;
+	INSERT INTO frameq.action (action, job, layer, frame, host, detail)
+	VALUES (_audit.action, _audit.job, _audit.layer, _audit.frame, _audit.host, clean);
+END
+$$;
+
+/* an audit row of a frame action: the frame's job and layer, and its host while it runs */
+CREATE FUNCTION frameq._audit_frame(action text, frame bigint, detail jsonb) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	job_id bigint;
+	layer_id bigint;
+	host_id int;
+BEGIN
+	SELECT f.job, f.layer, p.host INTO job_id, layer_id, host_id
+	  FROM frameq.frame f LEFT JOIN frameq.proc p ON p.frame = f.id
+	 WHERE f.id = _audit_frame.frame;
+	PERFORM frameq._audit(action, job_id, layer_id, frame, host_id, detail);
+END
+$$;
+
+/* the trail is appended to, never rewritten */
+CREATE FUNCTION frameq._action_append_only() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	RAISE EXCEPTION 'the audit trail is append-only: its rows are never updated'
+		USING ERRCODE = 'insufficient_privilege';
+END
+$$;
+CREATE TRIGGER action_append_only BEFORE UPDATE ON frameq.action
+	FOR EACH STATEMENT EXECUTE FUNCTION frameq._action_append_only();

@@ -450,6 +450,8 @@ BEGIN
 															job, frameq._max_job_depends()));
 	END IF;
 	PERFORM frameq._add_job_depend(job, on_job);
+	PERFORM frameq._audit('depend_job', job, NULL, NULL, NULL,
+						  pg_catalog.jsonb_build_object('on_job', on_job));
 END
 $$;
 
@@ -524,6 +526,8 @@ BEGIN
 	IF ids IS NOT NULL THEN
 		n := n + frameq._meet_depends(ids);
 	END IF;
+	PERFORM frameq._audit('drop_depends', job, layer_id, NULL, NULL,
+						  pg_catalog.jsonb_build_object('layer', layer, 'freed', n));
 	RETURN n;
 END
 $$;

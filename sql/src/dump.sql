@@ -72,3 +72,6 @@ SELECT pg_catalog.pg_extension_config_dump('frameq.show_grant',
 /* 0.5.0: a job's failures per host and the limits the worker has yet to settle */
 SELECT pg_catalog.pg_extension_config_dump('frameq.job_host_failure', '');
 SELECT pg_catalog.pg_extension_config_dump('frameq.job_limit_check', '');
+/* 0.6.0: the audit trail */
+SELECT pg_catalog.pg_extension_config_dump('frameq.action', '');
+SELECT pg_catalog.pg_extension_config_dump('frameq.action_id_seq', '');

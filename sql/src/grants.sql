@@ -51,6 +51,8 @@ GRANT EXECUTE ON FUNCTION
 	frameq.confirm_host_dead(text), frameq.depend_job(bigint, bigint),
 	frameq.drop_depends(bigint, text), frameq.unblock_host(bigint, text)
 	TO frameq_admin;
+/* 0.6.0: a note on a job, for whoever may set_job it */
+GRANT EXECUTE ON FUNCTION frameq.comment_job(bigint, text) TO frameq_admin, frameq_submit;
 GRANT EXECUTE ON FUNCTION
 	frameq.attach(text, text, text), frameq.heartbeat(text, text, bigint, bigint[], jsonb),
 	frameq.reserve(text, text, bigint, int),
@@ -81,3 +83,5 @@ GRANT EXECUTE ON FUNCTION frameq.retry_frames(bigint, text, text[]),
 	frameq.eat_frames(bigint, text, text[]), frameq.kill_frames(bigint, text, text)
 	TO frameq_admin, frameq_submit;
 GRANT EXECUTE ON FUNCTION frameq.report_log(text, text, bigint, bigint, text) TO frameq_agent;
+/* 0.6.0: the audit trail; its table stays the owner's alone (append-only, admin.sql) */
+GRANT SELECT ON frameq.actions TO frameq_reader;

@@ -135,6 +135,7 @@ CREATE FUNCTION frameq.kill_frame(frame bigint, reason text) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	st text;
+	outcome text;
 BEGIN
 	PERFORM frameq._authorize_frame(frame);
 	PERFORM frameq._reason(reason);
@@ -146,7 +147,9 @@ BEGIN
 		RAISE EXCEPTION 'frame % is %: there is nothing to kill', frame, st
 			USING ERRCODE = 'object_not_in_prerequisite_state';
 	END IF;
-	PERFORM frameq._frame_action(frame, reason, 'dead', ARRAY['waiting', 'depend'], 'dead');
+	outcome := frameq._frame_action(frame, reason, 'dead', ARRAY['waiting', 'depend'], 'dead');
+	PERFORM frameq._audit_frame('kill_frame', frame,
+		pg_catalog.jsonb_build_object('reason', reason, 'outcome', outcome));
 END
 $$;
 
@@ -158,6 +161,8 @@ $$;
  */
 CREATE FUNCTION frameq.retry_frame(frame bigint) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	outcome text;
 BEGIN
 	PERFORM frameq._authorize_frame(frame);
 	IF NOT EXISTS (SELECT 1 FROM frameq.frame x WHERE x.id = frameq._not_null(retry_frame.frame, 'frame')) THEN
@@ -179,10 +184,11 @@ BEGIN
 			USING ERRCODE = 'object_not_in_prerequisite_state';
 	END IF;
 	IF frameq._end_delay(ARRAY[frame]) > 0 THEN
+		PERFORM frameq._audit_frame('retry_frame', frame, '{"outcome": "delay ended"}');
 		RETURN;
 	END IF;
-	PERFORM frameq._frame_action(frame, 'retried by operator', 'waiting',
-								 ARRAY['succeeded', 'dead', 'eaten'], 'waiting');
+	outcome := frameq._frame_action(frame, 'retried by operator', 'waiting',
+									ARRAY['succeeded', 'dead', 'eaten'], 'waiting');
 	/*
 	 * A kill_job may have committed while we waited for the frame's proc:
 	 * look again, and undo everything (by failing) if the job is killed.
@@ -192,6 +198,8 @@ BEGIN
 		RAISE EXCEPTION 'frame % belongs to a killed job', frame
 			USING ERRCODE = 'object_not_in_prerequisite_state';
 	END IF;
+	PERFORM frameq._audit_frame('retry_frame', frame,
+								pg_catalog.jsonb_build_object('outcome', outcome));
 END
 $$;
 
@@ -200,6 +208,7 @@ CREATE FUNCTION frameq.eat_frame(frame bigint) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	st text;
+	outcome text;
 BEGIN
 	PERFORM frameq._authorize_frame(frame);
 	SELECT x.state INTO st FROM frameq.frame x WHERE x.id = frameq._not_null(eat_frame.frame, 'frame');
@@ -210,8 +219,10 @@ BEGIN
 		RAISE EXCEPTION 'frame % succeeded: there is nothing to eat', frame
 			USING ERRCODE = 'object_not_in_prerequisite_state';
 	END IF;
-	PERFORM frameq._frame_action(frame, 'eaten by operator', 'eaten',
-								 ARRAY['waiting', 'depend', 'dead'], 'eaten');
+	outcome := frameq._frame_action(frame, 'eaten by operator', 'eaten',
+									ARRAY['waiting', 'depend', 'dead'], 'eaten');
+	PERFORM frameq._audit_frame('eat_frame', frame,
+								pg_catalog.jsonb_build_object('outcome', outcome));
 END
 $$;
 
@@ -354,6 +365,8 @@ BEGIN
 													ARRAY(SELECT s FROM unnest(states) s
 														   WHERE s IN ('succeeded', 'dead', 'eaten'))),
 								 ARRAY['succeeded', 'dead', 'eaten'], 'waiting');
+	PERFORM frameq._audit('retry_frames', retry_frames.job, layer_id, NULL, NULL,
+		pg_catalog.jsonb_build_object('layer', retry_frames.layer, 'states', states, 'tasks', n));
 	RETURN n;
 END
 $$;
@@ -385,6 +398,8 @@ BEGIN
 	IF 'running' = ANY (states) THEN
 		n := n + frameq._bulk_kill_orders(eat_frames.job, layer_id, 'eaten by operator', 'eaten');
 	END IF;
+	PERFORM frameq._audit('eat_frames', eat_frames.job, layer_id, NULL, NULL,
+		pg_catalog.jsonb_build_object('layer', eat_frames.layer, 'states', states, 'tasks', n));
 	RETURN n;
 END
 $$;
@@ -408,7 +423,10 @@ BEGIN
 	/* as eat_frames: the tasks first, then the kill orders */
 	n := frameq._move_frames(frameq._bulk_tasks(kill_frames.job, layer_id, ARRAY['waiting', 'depend']),
 							 ARRAY['waiting', 'depend'], 'dead');
-	RETURN n + frameq._bulk_kill_orders(kill_frames.job, layer_id, reason, 'dead');
+	n := n + frameq._bulk_kill_orders(kill_frames.job, layer_id, reason, 'dead');
+	PERFORM frameq._audit('kill_frames', kill_frames.job, layer_id, NULL, NULL,
+		pg_catalog.jsonb_build_object('layer', kill_frames.layer, 'reason', reason, 'tasks', n));
+	RETURN n;
 END
 $$;
 
@@ -418,6 +436,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	j frameq.job;
 	f bigint;
+	live int := 0;
 BEGIN
 	PERFORM frameq._authorize_job(job);
 	PERFORM frameq._reason(reason);
@@ -438,7 +457,10 @@ BEGIN
 	FOR f IN SELECT x.id FROM frameq.frame x
 			  WHERE x.job = j.id AND x.state IN ('waiting', 'depend', 'running') ORDER BY x.id LOOP
 		PERFORM frameq._frame_action(f, reason, 'dead', ARRAY['waiting', 'depend'], 'dead');
+		live := live + 1;
 	END LOOP;
+	PERFORM frameq._audit('kill_job', j.id, NULL, NULL, NULL,
+						  pg_catalog.jsonb_build_object('reason', reason, 'frames', live));
 END
 $$;
 
@@ -467,6 +489,8 @@ BEGIN
 	UPDATE frameq.host x SET state = set_host_state.state,
 		   down_reason = CASE WHEN set_host_state.state = 'up' THEN NULL ELSE 'operator' END
 	 WHERE x.id = h.id;
+	PERFORM frameq._audit('set_host_state', NULL, NULL, NULL, h.id,
+		pg_catalog.jsonb_build_object('host', h.name, 'state', state, 'was', h.state));
 END
 $$;
 
@@ -478,13 +502,16 @@ CREATE FUNCTION frameq.confirm_host_dead(host text) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	h frameq.host := frameq._host_lock_by_name(host);
+	procs bigint[];
 BEGIN
-	PERFORM frameq._release_procs(ARRAY(SELECT x.id FROM frameq.proc x WHERE x.host = h.id),
-								  'operator');
+	procs := ARRAY(SELECT x.id FROM frameq.proc x WHERE x.host = h.id);
+	PERFORM frameq._release_procs(procs, 'operator');
 	UPDATE frameq.host x SET epoch = x.epoch + 1, lease_expires_at = NULL,
 		   state = CASE WHEN x.state = 'up' THEN 'down' ELSE x.state END,
 		   down_reason = CASE WHEN x.state = 'up' THEN 'operator' ELSE x.down_reason END
 	 WHERE x.id = h.id;
+	PERFORM frameq._audit('confirm_host_dead', NULL, NULL, NULL, h.id,
+		pg_catalog.jsonb_build_object('host', h.name, 'released', pg_catalog.cardinality(procs)));
 END
 $$;
 
@@ -499,16 +526,48 @@ CREATE FUNCTION frameq.unblock_host(job bigint, host text) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	h frameq.host;
+	was_blocked bool;
 BEGIN
 	PERFORM frameq._authorize_job(frameq._not_null(unblock_host.job, 'job'));
 	IF NOT EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = unblock_host.job) THEN
 		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
 	END IF;
 	h := frameq._host_by_name(frameq._bounded(unblock_host.host, 'host', 100));
-	DELETE FROM frameq.job_host_failure f WHERE f.job = unblock_host.job AND f.host = h.id;
+	DELETE FROM frameq.job_host_failure f WHERE f.job = unblock_host.job AND f.host = h.id
+	RETURNING f.blocked_at IS NOT NULL INTO was_blocked;
 	IF FOUND THEN
 		PERFORM 1 FROM frameq.job j WHERE j.id = unblock_host.job FOR NO KEY UPDATE;
 		PERFORM frameq._job_blocks_mark(unblock_host.job);
 	END IF;
+	PERFORM frameq._audit('unblock_host', job, NULL, NULL, h.id,
+		pg_catalog.jsonb_build_object('host', h.name, 'was_blocked', coalesce(was_blocked, false)));
+END
+$$;
+
+/*
+ * A note on a job for the people who look after it ("re-rendered after
+ * the texture fix"): a row of the audit trail (action comment_job, detail
+ * {"text": ...}) and nothing else.  Whoever may set_job the job may
+ * comment on it.  text: 1 to 2,000 characters, not only blanks, no
+ * control characters but tab, newline and carriage return.
+ */
+CREATE FUNCTION frameq.comment_job(job bigint, text text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+	PERFORM frameq._not_null(job, 'job');
+	PERFORM frameq._authorize_job(job);
+	PERFORM frameq._bounded(frameq._not_null(comment_job.text, 'text'), 'text', 2000);
+	IF pg_catalog.btrim(comment_job.text, E' \t\n\r') = '' THEN
+		RAISE EXCEPTION 'text must not be empty' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF pg_catalog.translate(comment_job.text, E'\t\n\r', '') ~ '[[:cntrl:]]' THEN
+		RAISE EXCEPTION 'text must not hold control characters (tab, newline and carriage return may)'
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM frameq.job j WHERE j.id = comment_job.job) THEN
+		RAISE EXCEPTION 'job % does not exist', job USING ERRCODE = 'undefined_object';
+	END IF;
+	PERFORM frameq._audit('comment_job', job, NULL, NULL, NULL,
+						  pg_catalog.jsonb_build_object('text', comment_job.text));
 END
 $$;

@@ -577,3 +577,29 @@ CREATE TYPE frameq.booking AS (
 	/* the layer's progress_pattern, or NULL */
 	progress_pattern text
 );
+
+/*
+ * The audit trail (util.sql, _audit; view actions): one row per operator
+ * or administration action, written by frameq._audit() in the action's
+ * own transaction, so that an action that fails leaves no row.  Rows are
+ * only ever inserted: no row is updated (a trigger refuses it), no unique
+ * key (the id is drawn from a sequence and has no index, so two writers
+ * never wait on each other), no foreign key (a key would lock the job,
+ * frame or host row it names, and the row outlives what it names), and
+ * no trigger on any other table writes here: the agent's calls never
+ * touch it.  role is session_user, the login, which SET ROLE cannot
+ * change; detail holds the action's arguments, never a token, a run
+ * secret or an env value.
+ */
+CREATE TABLE frameq.action (
+	id			bigserial NOT NULL,
+	at			timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+	role		text NOT NULL DEFAULT session_user,
+	action		text NOT NULL CHECK (action OPERATOR(pg_catalog.~) '^[a-z_]{1,64}$'),
+	job			bigint,
+	layer		bigint,
+	frame		bigint,
+	host		int,
+	detail		jsonb NOT NULL DEFAULT '{}' CHECK (pg_catalog.jsonb_typeof(detail) = 'object')
+);
+CREATE INDEX action_job ON frameq.action (job, id) WHERE job IS NOT NULL;

@@ -665,6 +665,10 @@ BEGIN
 					FROM jsonb_array_elements_text(l_after_frames[i]) a));
 	END LOOP;
 	PERFORM frameq._announce_job_ready(job_id);
+	/* a summary, not the spec: no command, no env */
+	PERFORM frameq._audit('submit', job_id, NULL, NULL, NULL, pg_catalog.jsonb_build_object(
+		'show', spec ->> 'show', 'folder', spec ->> 'folder', 'name', job_name,
+		'layers', pg_catalog.array_length(l_name, 1), 'frames', n_frames, 'paused', paused));
 	RETURN job_id;
 END
 $$;
@@ -813,6 +817,9 @@ BEGIN
 	IF was_paused AND j.state = 'active' THEN
 		PERFORM frameq._announce_job_ready(j.id);
 	END IF;
+	/* the changes asked for (the positional form's arguments, as changes) */
+	PERFORM frameq._audit('set_job', j.id, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('changes', changes));
 END
 $$;
 
@@ -1070,6 +1077,9 @@ BEGIN
 		PERFORM frameq._announce_ready(j.id, o.id, (SELECT count(*) FROM frameq.frame f
 			WHERE f.layer = o.id AND f.state = 'waiting' AND f.not_before IS NULL));
 	END IF;
+	/* env values are reduced to their names by _audit */
+	PERFORM frameq._audit('set_layer', j.id, o.id, NULL, NULL,
+		pg_catalog.jsonb_build_object('layer', set_layer.layer, 'changes', changes));
 END
 $$;
 
@@ -1156,6 +1166,8 @@ BEGIN
 		PERFORM frameq._frame_waiting(l.id, low);
 		PERFORM frameq._announce_ready(j.id, l.id, added);
 	END IF;
+	PERFORM frameq._audit('add_frames', j.id, l.id, NULL, NULL,
+		pg_catalog.jsonb_build_object('layer', add_frames.layer, 'range', range, 'tasks', added));
 	RETURN added;
 END
 $$;

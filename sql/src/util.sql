@@ -27,6 +27,8 @@
  *	a heartbeat's report: entries, bytes					10,000, 4 MB (past them it is ignored)
  *	a duration (timeouts, delays)							365 days (31,536,000 s)
  *	a layer's progress_pattern								1,000 characters
+ *	a job comment (comment_job)								2,000 characters
+ *	an audit row's detail (admin.sql, _audit)				64 kB; strings in it 2,000 characters
  * ---------------------------------------------------------------------
  */
 

@@ -130,3 +130,14 @@ SELECT s.name AS show, coalesce(r.rolname::text, g.role::oid::text) COLLATE "def
  */
 CREATE VIEW frameq.dispatch_parked AS
 SELECT kind, id, inflight FROM frameq._ledger_parked();
+
+/*
+ * The audit trail (admin.sql, _audit): every operator and administration
+ * action that committed, oldest first by id; role is the login that acted
+ * (session_user); job, layer, frame and host are ids, kept after what they
+ * name is gone; detail the action's arguments and outcome, never a token,
+ * a run secret or an env value.
+ */
+CREATE VIEW frameq.actions AS
+SELECT a.id, a.at, a.role, a.action, a.job, a.layer, a.frame, a.host, a.detail
+  FROM frameq.action a;

@@ -315,6 +315,7 @@ INSERT INTO t46_calls (fn, who, code, want) VALUES
 	('retry_frames', 't46_submitter', format($$SELECT frameq.retry_frames(%s, NULL, '{dead,eaten,running,waiting}')$$, :ja), 'ok'),
 	('eat_frames', 't46_submitter', format($$SELECT frameq.eat_frames(%s, NULL, '{dead,depend}')$$, :ja), 'ok'),
 	('kill_frames', 't46_submitter', format($$SELECT frameq.kill_frames(%s, NULL, 'shadow test')$$, :ja), 'ok'),
+	('comment_job', 't46_submitter', format($$SELECT frameq.comment_job(%s, E'looked at\tit')$$, :ja), 'ok'),
 	/* operator actions on hosts */
 	('set_host_state', 't46_admin', $$SELECT frameq.set_host_state('t46-h2', 'repair')$$, 'ok'),
 	('set_host_state', 't46_admin', $$SELECT frameq.set_host_state('t46-h2', 'up')$$, 'ok'),
@@ -334,6 +335,7 @@ INSERT INTO t46_calls (fn, who, code, want) VALUES
 	('_ledger_parked', 't46_reader', $$SELECT * FROM frameq.dispatch_parked$$, 'ok'),
 	('depends', 't46_reader', $$SELECT * FROM frameq.depends$$, 'ok'),
 	('job_host_blocks', 't46_reader', $$SELECT * FROM frameq.job_host_blocks$$, 'ok'),
+	('actions', 't46_reader', $$SELECT * FROM frameq.actions$$, 'ok'),
 	('_frame_spec', 't46_reader', $$SELECT frame_spec FROM frameq.frames$$, 'ok'),
 	('_frame_spec', 't46_reader', $$SELECT frameq._frame_spec(7, '{7,9,11}'), frameq._frame_spec(7, '{7,3}')$$, 'ok'),
 	('check', 't46_admin', $$SELECT * FROM frameq.check()$$, 'ok');
