@@ -37,6 +37,10 @@
  * a retry_delay) is made bookable by the round after its time has come:
  * sql/src/worker.sql, "Delays".
  *
+ * Pruning.  While frameq.retention is set, the round prunes one small
+ * batch of jobs that ended longer ago than that (worker.sql, pruning),
+ * each round until a batch comes back short, then not for an hour.
+ *
  * Wall-clock jumps.  Lease times are wall-clock timestamps in the host
  * table.  Each round the worker compares how far the wall clock and the
  * monotonic clock moved; if they disagree by more than a second, the clock
@@ -233,8 +237,14 @@ typedef enum WorkerStep
 	STEP_FINISH_JOBS,
 	STEP_SETTLE_LIMITS,
 	STEP_DELAYS,
-	STEP_REQUEUE
+	STEP_REQUEUE,
+	STEP_PRUNE
 } WorkerStep;
+
+/* jobs one pruning batch removes at most, and how long between passes */
+#define PRUNE_BATCH_JOBS	10
+#define PRUNE_PASS_INTERVAL	((int64) 3600 * USECS_PER_SEC)
+#define PRUNE_RETRY_INTERVAL ((int64) 60 * USECS_PER_SEC)
 
 /*
  * Is frameq installed in this database, with the schema this library was
@@ -317,6 +327,14 @@ worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now, int64 ju
 			result = run_step("SELECT frameq._settle_job_limits()", 0, NULL, NULL);
 		else if (step == STEP_DELAYS)
 			result = run_step("SELECT frameq._delays_ended()", 0, NULL, NULL);
+		else if (step == STEP_PRUNE)
+		{
+			Oid			types[2] = {INT4OID, INT4OID};
+			Datum		args[2] = {Int32GetDatum(frameq_retention),
+								   Int32GetDatum(PRUNE_BATCH_JOBS)};
+
+			result = run_step("SELECT frameq._prune_step($1, $2)", 2, types, args);
+		}
 		else
 		{
 			/*
@@ -377,6 +395,27 @@ worker_step_guarded(WorkerStep step, TimestampTz leases_since, TimestampTz now,
 }
 
 /*
+ * Prune a batch when a pass is due: passes start an hour apart, and one
+ * goes on a batch a round until a batch removes fewer jobs than it may.
+ * A failed batch is tried again a minute later.
+ */
+static void
+worker_prune(TimestampTz leases_since, TimestampTz now)
+{
+	static TimestampTz due = 0;
+	int64		pruned = 0;
+
+	if (frameq_retention <= 0 || now < due)
+		return;
+	if (!worker_step_guarded(STEP_PRUNE, leases_since, now, 0, &pruned))
+		due = now + PRUNE_RETRY_INTERVAL;
+	else if (pruned < PRUNE_BATCH_JOBS)
+		due = now + PRUNE_PASS_INTERVAL;
+	if (pruned > 0)
+		elog(LOG, "frameq worker: %lld ended job(s) pruned (frameq.retention)", (long long) pruned);
+}
+
+/*
  * One round: re-arm after start or a clock jump, move the deadlines by a
  * jump (*jump microseconds, zeroed once done), expire, time out, send,
  * settle the jobs whose finish or limits on failure were left to us, and
@@ -416,6 +455,7 @@ worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire,
 	(void) worker_step_guarded(STEP_SETTLE_LIMITS, leases_since, now, 0, &settled);
 	(void) worker_step_guarded(STEP_DELAYS, leases_since, now, 0, &ended);
 	(void) worker_step_guarded(STEP_REQUEUE, leases_since, now, 0, &requeued);
+	worker_prune(leases_since, now);
 
 	if (expired > 0)
 		elog(LOG, "frameq worker: %lld host lease(s) expired; their procs were released",

@@ -129,3 +129,83 @@ SELECT s.name AS show, coalesce(r.rolname::text, g.role::oid::text) COLLATE "def
  */
 CREATE VIEW frameq.dispatch_parked AS
 SELECT kind, id, inflight FROM frameq._ledger_parked();
+
+/*
+ * The farm in Prometheus naming: one row per series, name, labels (a
+ * JSON object of label name to value) and value.  doc/reference.md,
+ * "metrics", says what each series is.  Cheap to read at any size
+ * (doc/design.md, "Metrics off the hot paths"): tasks are counted by
+ * state only where an index holds few of them (the live states, dead);
+ * the ended ones are an estimate, named so; running work is read from
+ * the procs, hosts from the host table, and totals that must never go
+ * down add what prune() removed (tally).
+ */
+CREATE VIEW frameq.metrics AS
+WITH live AS (
+		SELECT f.state, count(*) AS n FROM frameq.frame f
+		 WHERE f.state IN ('waiting', 'depend', 'running') GROUP BY f.state
+		UNION ALL
+		SELECT 'dead', count(*) FROM frameq.frame f WHERE f.state = 'dead'),
+	 tallied AS (
+		SELECT t.metric, t.label, t.value FROM frameq.tally t),
+	 ended_runs AS (
+		SELECT r.reason, count(*) AS n FROM frameq.run r WHERE r.reason IS NOT NULL GROUP BY r.reason),
+	 running AS (
+		SELECT p.show, count(*) AS tasks, sum(p.cores_cc) AS cc FROM frameq.proc p GROUP BY p.show),
+	 farm AS (
+		SELECT * FROM frameq.host h WHERE h.retired_at IS NULL)
+SELECT 'frameq_frames'::text AS name, jsonb_build_object('state', s.state) AS labels,
+	   coalesce(l.n, 0)::float8 AS value
+  FROM unnest('{waiting,depend,running,dead}'::text[]) s(state)
+  LEFT JOIN live l ON l.state = s.state
+UNION ALL
+SELECT 'frameq_frames_delayed', '{}', count(*)::float8
+  FROM frameq.frame f WHERE f.state = 'waiting' AND f.not_before IS NOT NULL
+UNION ALL
+SELECT 'frameq_frames_ended_estimate', '{}',
+	   greatest(0, (SELECT c.reltuples FROM pg_catalog.pg_class c WHERE c.oid = 'frameq.frame'::regclass)
+				   - (SELECT sum(l.n) FROM live l))::float8
+UNION ALL
+SELECT 'frameq_jobs', jsonb_build_object('state', s.state), count(j.id)::float8
+  FROM unnest('{active,paused,finished,killed}'::text[]) s(state)
+  LEFT JOIN frameq.job j ON j.state = s.state
+ GROUP BY s.state
+UNION ALL
+SELECT 'frameq_running_frames', jsonb_build_object('show', sh.name), coalesce(r.tasks, 0)::float8
+  FROM frameq.show sh LEFT JOIN running r ON r.show = sh.id
+UNION ALL
+SELECT 'frameq_running_cores', jsonb_build_object('show', sh.name), coalesce(r.cc / 100.0, 0)::float8
+  FROM frameq.show sh LEFT JOIN running r ON r.show = sh.id
+UNION ALL
+SELECT 'frameq_oldest_waiting_seconds', jsonb_build_object('show', sh.name),
+	   coalesce(extract(epoch FROM now() - (
+		   SELECT min(j.submitted_at) FROM frameq.job j
+			WHERE j.show = sh.id AND j.state = 'active'
+			  AND EXISTS (SELECT 1 FROM frameq.frame f
+						   WHERE f.job = j.id AND f.state = 'waiting'))), 0)::float8
+  FROM frameq.show sh
+UNION ALL
+SELECT 'frameq_hosts', jsonb_build_object('state', s.state), count(h.id)::float8
+  FROM (SELECT unnest('{up,down,repair}'::text[]) UNION SELECT x.state FROM farm x) s(state)
+  LEFT JOIN farm h ON h.state = s.state
+ GROUP BY s.state
+UNION ALL
+SELECT 'frameq_cores', jsonb_build_object('state', s.state),
+	   coalesce((SELECT sum(CASE s.state WHEN 'idle' THEN h.idle_cc ELSE h.cores_cc - h.idle_cc END)
+				   FROM farm h WHERE h.state = 'up'), 0)::float8 / 100.0
+  FROM unnest('{idle,used}'::text[]) s(state)
+UNION ALL
+SELECT 'frameq_kill_orders', '{}', count(*)::float8 FROM frameq.proc p WHERE p.state = 'killing'
+UNION ALL
+SELECT 'frameq_runs_ended_total', jsonb_build_object('reason', s.reason),
+	   (coalesce((SELECT e.n FROM ended_runs e WHERE e.reason = s.reason), 0)
+		+ coalesce((SELECT t.value FROM tallied t
+					 WHERE t.metric = 'runs_pruned' AND t.label = s.reason), 0))::float8
+  FROM (SELECT unnest('{completed,killed,timeout,stalled,oom,host_lost,host_rebooted,lost_by_agent,operator}'::text[])
+		UNION SELECT e.reason FROM ended_runs e) s(reason)
+UNION ALL
+SELECT 'frameq_lease_expired_total', '{}',
+	   coalesce((SELECT t.value FROM tallied t WHERE t.metric = 'lease_expired'), 0)::float8
+UNION ALL
+SELECT 'frameq_jobs_pruned_total', '{}',
+	   coalesce((SELECT t.value FROM tallied t WHERE t.metric = 'jobs_pruned'), 0)::float8;
