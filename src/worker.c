@@ -41,6 +41,10 @@
  * batch of jobs that ended longer ago than that (worker.sql, pruning),
  * each round until a batch comes back short, then not for an hour.
  *
+ * History counts.  About once a minute the round counts runs ended by
+ * reason and tasks by state into frameq.tally, for the metrics view
+ * (worker.sql, _count_history): so a scrape never counts the history.
+ *
  * Wall-clock jumps.  Lease times are wall-clock timestamps in the host
  * table.  Each round the worker compares how far the wall clock and the
  * monotonic clock moved; if they disagree by more than a second, the clock
@@ -238,8 +242,12 @@ typedef enum WorkerStep
 	STEP_SETTLE_LIMITS,
 	STEP_DELAYS,
 	STEP_REQUEUE,
-	STEP_PRUNE
+	STEP_PRUNE,
+	STEP_COUNT
 } WorkerStep;
+
+/* how often the history counts the metrics view reads are refreshed */
+#define COUNT_INTERVAL		((int64) 60 * USECS_PER_SEC)
 
 /* jobs one pruning batch removes at most, and how long between passes */
 #define PRUNE_BATCH_JOBS	10
@@ -335,6 +343,8 @@ worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now, int64 ju
 
 			result = run_step("SELECT frameq._prune_step($1, $2)", 2, types, args);
 		}
+		else if (step == STEP_COUNT)
+			result = run_step("SELECT frameq._count_history()", 0, NULL, NULL);
 		else
 		{
 			/*
@@ -415,6 +425,19 @@ worker_prune(TimestampTz leases_since, TimestampTz now)
 		elog(LOG, "frameq worker: %lld ended job(s) pruned (frameq.retention)", (long long) pruned);
 }
 
+/* refresh the history counts of the metrics view when they are a minute old */
+static void
+worker_count(TimestampTz leases_since, TimestampTz now)
+{
+	static TimestampTz due = 0;
+	int64		written = 0;
+
+	if (now < due)
+		return;
+	(void) worker_step_guarded(STEP_COUNT, leases_since, now, 0, &written);
+	due = now + COUNT_INTERVAL;
+}
+
 /*
  * One round: re-arm after start or a clock jump, move the deadlines by a
  * jump (*jump microseconds, zeroed once done), expire, time out, send,
@@ -456,6 +479,7 @@ worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire,
 	(void) worker_step_guarded(STEP_DELAYS, leases_since, now, 0, &ended);
 	(void) worker_step_guarded(STEP_REQUEUE, leases_since, now, 0, &requeued);
 	worker_prune(leases_since, now);
+	worker_count(leases_since, now);
 
 	if (expired > 0)
 		elog(LOG, "frameq worker: %lld host lease(s) expired; their procs were released",

@@ -441,6 +441,34 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 							   pg_catalog.make_interval(secs => $1), $2)
 $$;
 
+CREATE FUNCTION frameq._count_history() RETURNS bigint
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	WITH counted AS (
+		SELECT 'runs_ended'::text AS metric, x.reason AS label, pg_catalog.sum(x.n)::bigint AS n
+		  FROM (SELECT r.reason, pg_catalog.count(*) AS n FROM frameq.run r
+				 WHERE r.reason IS NOT NULL GROUP BY r.reason
+				UNION ALL
+				SELECT t.label, t.value FROM frameq.tally t
+				 WHERE t.metric OPERATOR(pg_catalog.=) 'runs_pruned') x
+		 GROUP BY x.reason
+		UNION ALL
+		SELECT 'frames_counted', s.state, pg_catalog.count(f.id)
+		  FROM pg_catalog.unnest('{waiting,depend,running,succeeded,dead,eaten}'::text[]) s(state)
+		  LEFT JOIN frameq.frame f ON f.state OPERATOR(pg_catalog.=) s.state
+		 GROUP BY s.state
+		UNION ALL
+		SELECT 'counted_at', '',
+			   pg_catalog.floor(EXTRACT(epoch FROM pg_catalog.clock_timestamp()))::bigint),
+	 written AS (
+		INSERT INTO frameq.tally AS t (metric, label, value)
+		SELECT c.metric, c.label, c.n FROM counted c
+		ON CONFLICT (metric, label) DO UPDATE
+		   SET value = CASE WHEN t.metric OPERATOR(pg_catalog.=) 'runs_ended'
+							THEN GREATEST(t.value, excluded.value) ELSE excluded.value END
+		RETURNING 1)
+	SELECT pg_catalog.count(*) FROM written
+$$;
+
 CREATE OR REPLACE VIEW frameq.frames AS
 SELECT f.id AS frame, f.job, f.layer, f.number AS frame_number, f.state, f.retries,
 	   f.attempts, p.id AS proc, h.name AS host, p.state AS proc_state,
@@ -467,8 +495,6 @@ WITH live AS (
 		SELECT 'dead', count(*) FROM frameq.frame f WHERE f.state = 'dead'),
 	 tallied AS (
 		SELECT t.metric, t.label, t.value FROM frameq.tally t),
-	 ended_runs AS (
-		SELECT r.reason, count(*) AS n FROM frameq.run r WHERE r.reason IS NOT NULL GROUP BY r.reason),
 	 running AS (
 		SELECT p.show, count(*) AS tasks, sum(p.cores_cc) AS cc FROM frameq.proc p GROUP BY p.show),
 	 farm AS (
@@ -481,9 +507,12 @@ UNION ALL
 SELECT 'frameq_frames_delayed', '{}', count(*)::float8
   FROM frameq.frame f WHERE f.state = 'waiting' AND f.not_before IS NOT NULL
 UNION ALL
-SELECT 'frameq_frames_ended_estimate', '{}',
-	   greatest(0, (SELECT c.reltuples FROM pg_catalog.pg_class c WHERE c.oid = 'frameq.frame'::regclass)
-				   - (SELECT sum(l.n) FROM live l))::float8
+SELECT 'frameq_frames_counted', jsonb_build_object('state', t.label), t.value::float8
+  FROM tallied t WHERE t.metric = 'frames_counted'
+UNION ALL
+SELECT 'frameq_counted_age_seconds', '{}',
+	   extract(epoch FROM now())::float8 - t.value
+  FROM tallied t WHERE t.metric = 'counted_at'
 UNION ALL
 SELECT 'frameq_jobs', jsonb_build_object('state', s.state), count(j.id)::float8
   FROM unnest('{active,paused,finished,killed}'::text[]) s(state)
@@ -517,11 +546,10 @@ UNION ALL
 SELECT 'frameq_kill_orders', '{}', count(*)::float8 FROM frameq.proc p WHERE p.state = 'killing'
 UNION ALL
 SELECT 'frameq_runs_ended_total', jsonb_build_object('reason', s.reason),
-	   (coalesce((SELECT e.n FROM ended_runs e WHERE e.reason = s.reason), 0)
-		+ coalesce((SELECT t.value FROM tallied t
-					 WHERE t.metric = 'runs_pruned' AND t.label = s.reason), 0))::float8
+	   coalesce((SELECT t.value FROM tallied t
+				  WHERE t.metric = 'runs_ended' AND t.label = s.reason), 0)::float8
   FROM (SELECT unnest('{completed,killed,timeout,stalled,oom,host_lost,host_rebooted,lost_by_agent,operator}'::text[])
-		UNION SELECT e.reason FROM ended_runs e) s(reason)
+		UNION SELECT t.label FROM tallied t WHERE t.metric = 'runs_ended') s(reason)
 UNION ALL
 SELECT 'frameq_lease_expired_total', '{}',
 	   coalesce((SELECT t.value FROM tallied t WHERE t.metric = 'lease_expired'), 0)::float8
@@ -864,5 +892,6 @@ REVOKE ALL ON FUNCTION
 	frameq._prune_jobs(bigint[]),
 	frameq._prune_batch(timestamptz, int),
 	frameq.prune(interval),
-	frameq._prune_step(int, int)
+	frameq._prune_step(int, int),
+	frameq._count_history()
 	FROM PUBLIC;

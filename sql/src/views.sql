@@ -134,11 +134,12 @@ SELECT kind, id, inflight FROM frameq._ledger_parked();
  * The farm in Prometheus naming: one row per series, name, labels (a
  * JSON object of label name to value) and value.  doc/reference.md,
  * "metrics", says what each series is.  Cheap to read at any size
- * (doc/design.md, "Metrics off the hot paths"): tasks are counted by
- * state only where an index holds few of them (the live states, dead);
- * the ended ones are an estimate, named so; running work is read from
- * the procs, hosts from the host table, and totals that must never go
- * down add what prune() removed (tally).
+ * (doc/design.md, "Metrics off the hot paths"): live tasks are counted
+ * where an index holds only them (frame_live, frame_dead, frame_delayed),
+ * running work from the procs, hosts from the host table; what grows with
+ * history (runs ended, tasks by every state) the worker counts about once
+ * a minute into tally (_count_history), and the view says how old that
+ * count is.
  */
 CREATE VIEW frameq.metrics AS
 WITH live AS (
@@ -148,8 +149,6 @@ WITH live AS (
 		SELECT 'dead', count(*) FROM frameq.frame f WHERE f.state = 'dead'),
 	 tallied AS (
 		SELECT t.metric, t.label, t.value FROM frameq.tally t),
-	 ended_runs AS (
-		SELECT r.reason, count(*) AS n FROM frameq.run r WHERE r.reason IS NOT NULL GROUP BY r.reason),
 	 running AS (
 		SELECT p.show, count(*) AS tasks, sum(p.cores_cc) AS cc FROM frameq.proc p GROUP BY p.show),
 	 farm AS (
@@ -162,9 +161,12 @@ UNION ALL
 SELECT 'frameq_frames_delayed', '{}', count(*)::float8
   FROM frameq.frame f WHERE f.state = 'waiting' AND f.not_before IS NOT NULL
 UNION ALL
-SELECT 'frameq_frames_ended_estimate', '{}',
-	   greatest(0, (SELECT c.reltuples FROM pg_catalog.pg_class c WHERE c.oid = 'frameq.frame'::regclass)
-				   - (SELECT sum(l.n) FROM live l))::float8
+SELECT 'frameq_frames_counted', jsonb_build_object('state', t.label), t.value::float8
+  FROM tallied t WHERE t.metric = 'frames_counted'
+UNION ALL
+SELECT 'frameq_counted_age_seconds', '{}',
+	   extract(epoch FROM now())::float8 - t.value
+  FROM tallied t WHERE t.metric = 'counted_at'
 UNION ALL
 SELECT 'frameq_jobs', jsonb_build_object('state', s.state), count(j.id)::float8
   FROM unnest('{active,paused,finished,killed}'::text[]) s(state)
@@ -198,11 +200,10 @@ UNION ALL
 SELECT 'frameq_kill_orders', '{}', count(*)::float8 FROM frameq.proc p WHERE p.state = 'killing'
 UNION ALL
 SELECT 'frameq_runs_ended_total', jsonb_build_object('reason', s.reason),
-	   (coalesce((SELECT e.n FROM ended_runs e WHERE e.reason = s.reason), 0)
-		+ coalesce((SELECT t.value FROM tallied t
-					 WHERE t.metric = 'runs_pruned' AND t.label = s.reason), 0))::float8
+	   coalesce((SELECT t.value FROM tallied t
+				  WHERE t.metric = 'runs_ended' AND t.label = s.reason), 0)::float8
   FROM (SELECT unnest('{completed,killed,timeout,stalled,oom,host_lost,host_rebooted,lost_by_agent,operator}'::text[])
-		UNION SELECT e.reason FROM ended_runs e) s(reason)
+		UNION SELECT t.label FROM tallied t WHERE t.metric = 'runs_ended') s(reason)
 UNION ALL
 SELECT 'frameq_lease_expired_total', '{}',
 	   coalesce((SELECT t.value FROM tallied t WHERE t.metric = 'lease_expired'), 0)::float8

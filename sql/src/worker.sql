@@ -514,3 +514,41 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 	SELECT frameq._prune_batch(pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-)
 							   pg_catalog.make_interval(secs => $1), $2)
 $$;
+
+/*
+ * The history counts the metrics view reads (tally), refreshed by the
+ * worker about once a minute, in one statement, so in one snapshot: runs
+ * ended by reason, those still in run plus those prune() removed (the
+ * sum never goes down: a prune moves runs from one to the other in one
+ * transaction), and tasks by state; 'counted_at' says when (epoch
+ * seconds).  Counting a million rows on every scrape would cost every
+ * scrape that much; here it costs the worker one scan a minute, and no
+ * booking or release writes anything for it.  Returns the rows written.
+ */
+CREATE FUNCTION frameq._count_history() RETURNS bigint
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	WITH counted AS (
+		SELECT 'runs_ended'::text AS metric, x.reason AS label, pg_catalog.sum(x.n)::bigint AS n
+		  FROM (SELECT r.reason, pg_catalog.count(*) AS n FROM frameq.run r
+				 WHERE r.reason IS NOT NULL GROUP BY r.reason
+				UNION ALL
+				SELECT t.label, t.value FROM frameq.tally t
+				 WHERE t.metric OPERATOR(pg_catalog.=) 'runs_pruned') x
+		 GROUP BY x.reason
+		UNION ALL
+		SELECT 'frames_counted', s.state, pg_catalog.count(f.id)
+		  FROM pg_catalog.unnest('{waiting,depend,running,succeeded,dead,eaten}'::text[]) s(state)
+		  LEFT JOIN frameq.frame f ON f.state OPERATOR(pg_catalog.=) s.state
+		 GROUP BY s.state
+		UNION ALL
+		SELECT 'counted_at', '',
+			   pg_catalog.floor(EXTRACT(epoch FROM pg_catalog.clock_timestamp()))::bigint),
+	 written AS (
+		INSERT INTO frameq.tally AS t (metric, label, value)
+		SELECT c.metric, c.label, c.n FROM counted c
+		ON CONFLICT (metric, label) DO UPDATE
+		   SET value = CASE WHEN t.metric OPERATOR(pg_catalog.=) 'runs_ended'
+							THEN GREATEST(t.value, excluded.value) ELSE excluded.value END
+		RETURNING 1)
+	SELECT pg_catalog.count(*) FROM written
+$$;

@@ -1,13 +1,14 @@
 /*
  * Issue 16, the metrics view (frameq 0.6.0): every series' value on a
  * small farm whose every number is known, before and after the worker's
- * lease expiry; series names and labels as Prometheus wants them, one row
+ * lease expiry (the history counts as the worker's _count_history
+ * leaves them); series names and labels as Prometheus wants them, one row
  * per series; readable by frameq_reader.
  */
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(36);
+SELECT plan(38);
 
 CREATE FUNCTION pg_temp.m(name text, labels jsonb DEFAULT '{}') RETURNS float8 LANGUAGE sql AS $$
 	SELECT x.value FROM frameq.metrics x WHERE x.name = $1 AND x.labels = $2 $$;
@@ -38,13 +39,17 @@ SELECT is(frameq.complete('t76-h2', :'tok2', :epoch2, :dp, 1), 'accepted', 'd fr
 SELECT frameq.kill_frame((SELECT frame FROM frameq.proc WHERE id = (:'ap'::bigint[])[3]), 'wrong');
 UPDATE frameq.job SET submitted_at = now() - interval '100 s' WHERE id = :a;
 
+SELECT is(frameq._count_history(), 8::bigint, 'the worker''s count writes its rows: one run reason, six task states, its time');
 SELECT is(pg_temp.m('frameq_frames', '{"state": "waiting"}'), 6::float8,
 	'frames waiting: a 4-5, c 1-3 (paused), d 1 (delayed)');
 SELECT is(pg_temp.m('frameq_frames', '{"state": "depend"}'), 2::float8, 'frames depend: b''s two');
 SELECT is(pg_temp.m('frameq_frames', '{"state": "running"}'), 1::float8, 'frames running: a 3');
 SELECT is(pg_temp.m('frameq_frames', '{"state": "dead"}'), 1::float8, 'frames dead: a 2');
 SELECT is(pg_temp.m('frameq_frames_delayed'), 1::float8, 'frames delayed: d 1');
-SELECT ok(pg_temp.m('frameq_frames_ended_estimate') >= 0, 'the ended estimate is there, not negative');
+SELECT is((SELECT string_agg(format('%s=%s', labels->>'state', value), ' ' ORDER BY labels->>'state')
+			 FROM frameq.metrics WHERE name = 'frameq_frames_counted'),
+	'dead=1 depend=2 eaten=0 running=1 succeeded=1 waiting=6', 'frames counted by the worker, every state');
+SELECT ok(pg_temp.m('frameq_counted_age_seconds') BETWEEN 0 AND 1, 'counted just now');
 SELECT is(pg_temp.m('frameq_jobs', '{"state": "active"}'), 3::float8, 'jobs active: a, b, d');
 SELECT is(pg_temp.m('frameq_jobs', '{"state": "paused"}'), 1::float8, 'jobs paused: c');
 SELECT is(pg_temp.m('frameq_jobs', '{"state": "finished"}'), 0::float8, 'jobs finished: none');
@@ -70,6 +75,7 @@ SELECT is(pg_temp.m('frameq_jobs_pruned_total'), 0::float8, 'no job pruned');
 /* the worker's lease expiry, a day on: every host's lease is lost, a 3's proc goes host_lost */
 SELECT is(frameq._expire_leases(clock_timestamp() - interval '1 day', clock_timestamp() + interval '1 day'),
 	3::bigint, 'three leases expire');
+SELECT frameq._count_history() AS _ \gset
 SELECT is(pg_temp.m('frameq_lease_expired_total'), 3::float8, 'frameq_lease_expired_total counts them');
 SELECT is(pg_temp.m('frameq_runs_ended_total', '{"reason": "host_lost"}'), 1::float8,
 	'runs ended host_lost: a 3');
