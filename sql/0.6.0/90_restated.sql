@@ -504,7 +504,7 @@ SELECT 'frameq_frames'::text AS name, jsonb_build_object('state', s.state) AS la
   FROM unnest('{waiting,depend,running,dead}'::text[]) s(state)
   LEFT JOIN live l ON l.state = s.state
 UNION ALL
-SELECT 'frameq_frames_delayed', '{}', count(*)::float8
+SELECT 'frameq_delayed_frames', '{}', count(*)::float8
   FROM frameq.frame f WHERE f.state = 'waiting' AND f.not_before IS NOT NULL
 UNION ALL
 SELECT 'frameq_frames_counted', jsonb_build_object('state', t.label), t.value::float8

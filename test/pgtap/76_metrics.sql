@@ -45,7 +45,7 @@ SELECT is(pg_temp.m('frameq_frames', '{"state": "waiting"}'), 6::float8,
 SELECT is(pg_temp.m('frameq_frames', '{"state": "depend"}'), 2::float8, 'frames depend: b''s two');
 SELECT is(pg_temp.m('frameq_frames', '{"state": "running"}'), 1::float8, 'frames running: a 3');
 SELECT is(pg_temp.m('frameq_frames', '{"state": "dead"}'), 1::float8, 'frames dead: a 2');
-SELECT is(pg_temp.m('frameq_frames_delayed'), 1::float8, 'frames delayed: d 1');
+SELECT is(pg_temp.m('frameq_delayed_frames'), 1::float8, 'frames delayed: d 1');
 SELECT is((SELECT string_agg(format('%s=%s', labels->>'state', value), ' ' ORDER BY labels->>'state')
 			 FROM frameq.metrics WHERE name = 'frameq_frames_counted'),
 	'dead=1 depend=2 eaten=0 running=1 succeeded=1 waiting=6', 'frames counted by the worker, every state');
