@@ -405,16 +405,24 @@ worker_step_guarded(WorkerStep step, TimestampTz leases_since, TimestampTz now,
 }
 
 /*
- * Prune a batch when a pass is due: passes start an hour apart, and one
- * goes on a batch a round until a batch removes fewer jobs than it may.
- * A failed batch is tried again a minute later.
+ * Prune a batch when a pass is due: passes start an hour apart (and at
+ * once when frameq.retention changes), and one goes on a batch a round
+ * until a batch removes fewer jobs than it may.  A failed batch is tried
+ * again a minute later.
  */
 static void
 worker_prune(TimestampTz leases_since, TimestampTz now)
 {
 	static TimestampTz due = 0;
+	static int	retention = 0;
 	int64		pruned = 0;
 
+	/* a new setting starts a pass at once */
+	if (frameq_retention != retention)
+	{
+		retention = frameq_retention;
+		due = 0;
+	}
 	if (frameq_retention <= 0 || now < due)
 		return;
 	if (!worker_step_guarded(STEP_PRUNE, leases_since, now, 0, &pruned))

@@ -409,7 +409,7 @@ END
 $$;
 
 CREATE FUNCTION frameq.prune(finished_before interval) RETURNS bigint
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	cutoff timestamptz;
 	step bigint;
@@ -487,18 +487,25 @@ SELECT r.proc, r.frame, r.job, h.name AS host, r.epoch, r.started_at, r.ended_at
   FROM frameq.run r
   JOIN frameq.host h ON h.id = r.host;
 
+CREATE FUNCTION frameq._live_frames(OUT state text, OUT n bigint) RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET max_parallel_workers_per_gather = 0 AS $$
+	SELECT f.state, pg_catalog.count(*) FROM frameq.frame f
+	 WHERE f.state OPERATOR(pg_catalog.=) ANY ('{waiting,depend,running}'::text[]) GROUP BY f.state
+	UNION ALL
+	SELECT 'dead', pg_catalog.count(*) FROM frameq.frame f WHERE f.state OPERATOR(pg_catalog.=) 'dead'
+$$;
+
 CREATE OR REPLACE VIEW frameq.metrics AS
 WITH live AS (
-		SELECT f.state, count(*) AS n FROM frameq.frame f
-		 WHERE f.state IN ('waiting', 'depend', 'running') GROUP BY f.state
-		UNION ALL
-		SELECT 'dead', count(*) FROM frameq.frame f WHERE f.state = 'dead'),
+		SELECT x.state, x.n FROM frameq._live_frames() x),
 	 tallied AS (
 		SELECT t.metric, t.label, t.value FROM frameq.tally t),
 	 running AS (
 		SELECT p.show, count(*) AS tasks, sum(p.cores_cc) AS cc FROM frameq.proc p GROUP BY p.show),
 	 farm AS (
-		SELECT * FROM frameq.host h WHERE h.retired_at IS NULL)
+		SELECT h.state, count(*) AS n, sum(h.cores_cc) AS cc, sum(h.idle_cc) AS idle_cc
+		  FROM frameq.host h WHERE h.retired_at IS NULL GROUP BY h.state)
 SELECT 'frameq_frames'::text AS name, jsonb_build_object('state', s.state) AS labels,
 	   coalesce(l.n, 0)::float8 AS value
   FROM unnest('{waiting,depend,running,dead}'::text[]) s(state)
@@ -533,13 +540,12 @@ SELECT 'frameq_oldest_waiting_seconds', jsonb_build_object('show', sh.name),
 						   WHERE f.job = j.id AND f.state = 'waiting'))), 0)::float8
   FROM frameq.show sh
 UNION ALL
-SELECT 'frameq_hosts', jsonb_build_object('state', s.state), count(h.id)::float8
+SELECT 'frameq_hosts', jsonb_build_object('state', s.state), coalesce(h.n, 0)::float8
   FROM (SELECT unnest('{up,down,repair}'::text[]) UNION SELECT x.state FROM farm x) s(state)
   LEFT JOIN farm h ON h.state = s.state
- GROUP BY s.state
 UNION ALL
 SELECT 'frameq_cores', jsonb_build_object('state', s.state),
-	   coalesce((SELECT sum(CASE s.state WHEN 'idle' THEN h.idle_cc ELSE h.cores_cc - h.idle_cc END)
+	   coalesce((SELECT CASE s.state WHEN 'idle' THEN h.idle_cc ELSE h.cc - h.idle_cc END
 				   FROM farm h WHERE h.state = 'up'), 0)::float8 / 100.0
   FROM unnest('{idle,used}'::text[]) s(state)
 UNION ALL
@@ -893,5 +899,6 @@ REVOKE ALL ON FUNCTION
 	frameq._prune_batch(timestamptz, int),
 	frameq.prune(interval),
 	frameq._prune_step(int, int),
-	frameq._count_history()
+	frameq._count_history(),
+	frameq._live_frames()
 	FROM PUBLIC;

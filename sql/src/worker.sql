@@ -475,10 +475,11 @@ $$;
  * ago, with their layers, tasks, runs and dependencies; returns how many
  * jobs.  Keeps a job with a proc, a prerequisite of a job not yet ended,
  * and a job waiting on a prerequisite not yet ended (see above).  In
- * batches of 100 jobs, in the caller's transaction.
+ * batches of 100 jobs, in the caller's transaction.  SECURITY DEFINER:
+ * frameq_admin may call it, and has no privilege on the tables.
  */
 CREATE FUNCTION frameq.prune(finished_before interval) RETURNS bigint
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	cutoff timestamptz;
 	step bigint;
