@@ -39,7 +39,8 @@
  *
  * Pruning.  While frameq.retention is set, the round prunes one small
  * batch of jobs that ended longer ago than that (worker.sql, pruning),
- * each round until a batch comes back short, then not for an hour.
+ * then rests four times as long as the batch took, until a batch finds
+ * nothing; then it waits an hour.
  *
  * History counts.  About once a minute the round counts runs ended by
  * reason and tasks by state into frameq.tally, for the metrics view
@@ -249,8 +250,15 @@ typedef enum WorkerStep
 /* how often the history counts the metrics view reads are refreshed */
 #define COUNT_INTERVAL		((int64) 60 * USECS_PER_SEC)
 
-/* jobs one pruning batch removes at most, and how long between passes */
+/*
+ * Pruning: the most jobs, and tasks, one batch removes (a job holding more
+ * tasks goes alone); after a batch the worker prunes nothing for
+ * PRUNE_PAUSE_FACTOR times as long as it took, so pruning takes at most a
+ * fifth of a core; passes start an hour apart.
+ */
 #define PRUNE_BATCH_JOBS	10
+#define PRUNE_BATCH_TASKS	10000
+#define PRUNE_PAUSE_FACTOR	4
 #define PRUNE_PASS_INTERVAL	((int64) 3600 * USECS_PER_SEC)
 #define PRUNE_RETRY_INTERVAL ((int64) 60 * USECS_PER_SEC)
 
@@ -337,11 +345,12 @@ worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now, int64 ju
 			result = run_step("SELECT frameq._delays_ended()", 0, NULL, NULL);
 		else if (step == STEP_PRUNE)
 		{
-			Oid			types[2] = {INT4OID, INT4OID};
-			Datum		args[2] = {Int32GetDatum(frameq_retention),
-								   Int32GetDatum(PRUNE_BATCH_JOBS)};
+			Oid			types[3] = {INT4OID, INT4OID, INT4OID};
+			Datum		args[3] = {Int32GetDatum(frameq_retention),
+								   Int32GetDatum(PRUNE_BATCH_JOBS),
+								   Int32GetDatum(PRUNE_BATCH_TASKS)};
 
-			result = run_step("SELECT frameq._prune_step($1, $2)", 2, types, args);
+			result = run_step("SELECT frameq._prune_step($1, $2, $3)", 3, types, args);
 		}
 		else if (step == STEP_COUNT)
 			result = run_step("SELECT frameq._count_history()", 0, NULL, NULL);
@@ -405,10 +414,11 @@ worker_step_guarded(WorkerStep step, TimestampTz leases_since, TimestampTz now,
 }
 
 /*
- * Prune a batch when a pass is due: passes start an hour apart (and at
- * once when frameq.retention changes), and one goes on a batch a round
- * until a batch removes fewer jobs than it may.  A failed batch is tried
- * again a minute later.
+ * Prune a batch when one is due.  A pass starts an hour after the last
+ * one ended (at once when frameq.retention changes) and goes on a batch
+ * at a time, each followed by a pause of PRUNE_PAUSE_FACTOR times its
+ * length, until a batch removes nothing.  A failed batch is tried again a
+ * minute later.
  */
 static void
 worker_prune(TimestampTz leases_since, TimestampTz now)
@@ -416,6 +426,8 @@ worker_prune(TimestampTz leases_since, TimestampTz now)
 	static TimestampTz due = 0;
 	static int	retention = 0;
 	int64		pruned = 0;
+	TimestampTz start;
+	TimestampTz end;
 
 	/* a new setting starts a pass at once */
 	if (frameq_retention != retention)
@@ -425,12 +437,20 @@ worker_prune(TimestampTz leases_since, TimestampTz now)
 	}
 	if (frameq_retention <= 0 || now < due)
 		return;
+	start = GetCurrentTimestamp();
 	if (!worker_step_guarded(STEP_PRUNE, leases_since, now, 0, &pruned))
+	{
 		due = now + PRUNE_RETRY_INTERVAL;
-	else if (pruned < PRUNE_BATCH_JOBS)
-		due = now + PRUNE_PASS_INTERVAL;
-	if (pruned > 0)
+		return;
+	}
+	end = GetCurrentTimestamp();
+	if (pruned == 0)
+		due = end + PRUNE_PASS_INTERVAL;
+	else
+	{
+		due = end + PRUNE_PAUSE_FACTOR * (end - start);
 		elog(LOG, "frameq worker: %lld ended job(s) pruned (frameq.retention)", (long long) pruned);
+	}
 }
 
 /* refresh the history counts of the metrics view when they are a minute old */

@@ -384,7 +384,8 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION frameq._prune_batch(cutoff timestamptz, max_jobs int) RETURNS bigint
+CREATE FUNCTION frameq._prune_batch(cutoff timestamptz, max_jobs int, max_tasks int DEFAULT NULL)
+RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	jobs bigint[];
@@ -396,6 +397,18 @@ BEGIN
 				   FOR UPDATE OF j SKIP LOCKED);
 	/* locked: a fresh snapshot sees whatever came first */
 	jobs := ARRAY(SELECT x FROM unnest(jobs) x WHERE frameq._prunable(x, cutoff));
+	IF max_tasks IS NOT NULL THEN
+		/* the running sum only grows: the jobs kept are a prefix */
+		jobs := ARRAY(SELECT c.job FROM (
+						SELECT x.job, x.ord, sum(x.tasks) OVER (ORDER BY x.ord) AS upto
+						  FROM (SELECT u.job, u.ord,
+									   (SELECT count(*) FROM frameq.layer l
+										  JOIN frameq.frame f ON f.layer = l.id
+										 WHERE l.job = u.job) AS tasks
+								  FROM unnest(jobs) WITH ORDINALITY u(job, ord)) x) c
+					   WHERE c.ord = 1 OR c.upto <= max_tasks
+					   ORDER BY c.ord);
+	END IF;
 	DELETE FROM frameq.dispatch_queue q
 	 WHERE q.ctid = ANY (ARRAY(SELECT y.ctid FROM frameq.dispatch_queue y
 								WHERE y.job = ANY (jobs) FOR UPDATE SKIP LOCKED));
@@ -435,10 +448,10 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION frameq._prune_step(retention int, max_jobs int) RETURNS bigint
+CREATE FUNCTION frameq._prune_step(retention int, max_jobs int, max_tasks int) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 	SELECT frameq._prune_batch(pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-)
-							   pg_catalog.make_interval(secs => $1), $2)
+							   pg_catalog.make_interval(secs => $1), $2, $3)
 $$;
 
 CREATE FUNCTION frameq._count_history() RETURNS bigint
@@ -896,9 +909,9 @@ REVOKE ALL ON FUNCTION
 	frameq._prunable(bigint, timestamptz),
 	frameq._tally_add(text, text, bigint),
 	frameq._prune_jobs(bigint[]),
-	frameq._prune_batch(timestamptz, int),
+	frameq._prune_batch(timestamptz, int, int),
 	frameq.prune(interval),
-	frameq._prune_step(int, int),
+	frameq._prune_step(int, int, int),
 	frameq._count_history(),
 	frameq._live_frames()
 	FROM PUBLIC;

@@ -443,10 +443,13 @@ $$;
 
 /*
  * One batch: up to max_jobs prunable jobs that ended before cutoff, oldest
- * first; returns how many went.  Jobs locked by others, or whose dispatch
- * queue rows a booking holds, are left for another batch.
+ * first, and, if max_tasks is given, no more jobs than hold max_tasks tasks
+ * together (but always the first: a job is never split); returns how many
+ * went.  Jobs locked by others, or whose dispatch queue rows a booking
+ * holds, are left for another batch.
  */
-CREATE FUNCTION frameq._prune_batch(cutoff timestamptz, max_jobs int) RETURNS bigint
+CREATE FUNCTION frameq._prune_batch(cutoff timestamptz, max_jobs int, max_tasks int DEFAULT NULL)
+RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	jobs bigint[];
@@ -458,6 +461,18 @@ BEGIN
 				   FOR UPDATE OF j SKIP LOCKED);
 	/* locked: a fresh snapshot sees whatever came first */
 	jobs := ARRAY(SELECT x FROM unnest(jobs) x WHERE frameq._prunable(x, cutoff));
+	IF max_tasks IS NOT NULL THEN
+		/* the running sum only grows: the jobs kept are a prefix */
+		jobs := ARRAY(SELECT c.job FROM (
+						SELECT x.job, x.ord, sum(x.tasks) OVER (ORDER BY x.ord) AS upto
+						  FROM (SELECT u.job, u.ord,
+									   (SELECT count(*) FROM frameq.layer l
+										  JOIN frameq.frame f ON f.layer = l.id
+										 WHERE l.job = u.job) AS tasks
+								  FROM unnest(jobs) WITH ORDINALITY u(job, ord)) x) c
+					   WHERE c.ord = 1 OR c.upto <= max_tasks
+					   ORDER BY c.ord);
+	END IF;
 	DELETE FROM frameq.dispatch_queue q
 	 WHERE q.ctid = ANY (ARRAY(SELECT y.ctid FROM frameq.dispatch_queue y
 								WHERE y.job = ANY (jobs) FOR UPDATE SKIP LOCKED));
@@ -507,13 +522,15 @@ $$;
 
 /*
  * The worker's step, while frameq.retention is set: one batch of jobs
- * that ended more than retention seconds ago; src/worker.c runs one a
- * round until a batch comes back short, then waits an hour.
+ * that ended more than retention seconds ago, at most max_jobs of them
+ * holding at most max_tasks tasks (or one job, if it holds more);
+ * src/worker.c paces the batches and ends a pass at a batch that removes
+ * nothing.
  */
-CREATE FUNCTION frameq._prune_step(retention int, max_jobs int) RETURNS bigint
+CREATE FUNCTION frameq._prune_step(retention int, max_jobs int, max_tasks int) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 	SELECT frameq._prune_batch(pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-)
-							   pg_catalog.make_interval(secs => $1), $2)
+							   pg_catalog.make_interval(secs => $1), $2, $3)
 $$;
 
 /*

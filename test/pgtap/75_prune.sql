@@ -12,7 +12,7 @@
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(31);
+SELECT plan(33);
 
 SELECT * FROM fqtest.farm('t75', cores => '{8}') \gset
 /* book every bookable frame on the host and complete each with exit 0; returns how many */
@@ -121,9 +121,14 @@ SELECT is(frameq.prune('1 day'), 3::bigint, 'now prereq, held and busy go');
 SELECT is(pg_temp.rows_of(:busy), 'job 0 layers 0 frames 0 runs 0 depends 0', 'busy is gone');
 SELECT is((SELECT count(*)::int FROM frameq.depend WHERE :prereq IN (job, on_job) OR :held IN (job, on_job)),
 	0, 'and their dependencies');
+/* the worker's batches: at most max_jobs, and no more tasks than max_tasks, but at least one job */
+SELECT is(frameq._prune_batch(clock_timestamp(), 10, 1), 1::bigint,
+	'a batch with a budget of 1 task still takes one whole job');
+SELECT is(frameq._prune_batch(clock_timestamp() - interval '1 day', 10, 1000), 0::bigint,
+	'a batch finds nothing that ended before its cutoff');
 CREATE ROLE t75_admin IN ROLE frameq_admin;
 SET LOCAL ROLE t75_admin;
-SELECT is(frameq.prune('0'), 3::bigint, 'prune(0), by a frameq_admin, removes every ended job left');
+SELECT is(frameq.prune('0'), 2::bigint, 'prune(0), by a frameq_admin, removes every ended job left');
 RESET ROLE;
 SELECT is((SELECT count(*)::int FROM frameq.job WHERE show = :show), 0, 'no job of the show is left');
 SELECT frameq._count_history() AS _ \gset
