@@ -42,9 +42,10 @@
  * then rests four times as long as the batch took, until a batch finds
  * nothing; then it waits an hour.
  *
- * History counts.  About once a minute the round counts runs ended by
- * reason and tasks by state into frameq.tally, for the metrics view
- * (worker.sql, _count_history): so a scrape never counts the history.
+ * Counts.  About every 10 seconds the round counts the live tasks by
+ * state, and about once a minute runs ended by reason and tasks by every
+ * state, into frameq.tally, for the metrics view (worker.sql, _count_live
+ * and _count_history): so a scrape never counts tasks or runs.
  *
  * Wall-clock jumps.  Lease times are wall-clock timestamps in the host
  * table.  Each round the worker compares how far the wall clock and the
@@ -244,11 +245,13 @@ typedef enum WorkerStep
 	STEP_DELAYS,
 	STEP_REQUEUE,
 	STEP_PRUNE,
-	STEP_COUNT
+	STEP_COUNT,
+	STEP_COUNT_LIVE
 } WorkerStep;
 
-/* how often the history counts the metrics view reads are refreshed */
+/* how often the counts the metrics view reads are refreshed: history, live tasks */
 #define COUNT_INTERVAL		((int64) 60 * USECS_PER_SEC)
+#define COUNT_LIVE_INTERVAL	((int64) 10 * USECS_PER_SEC)
 
 /*
  * Pruning: the most jobs, and tasks, one batch removes (a job holding more
@@ -354,6 +357,8 @@ worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now, int64 ju
 		}
 		else if (step == STEP_COUNT)
 			result = run_step("SELECT frameq._count_history()", 0, NULL, NULL);
+		else if (step == STEP_COUNT_LIVE)
+			result = run_step("SELECT frameq._count_live()", 0, NULL, NULL);
 		else
 		{
 			/*
@@ -453,17 +458,27 @@ worker_prune(TimestampTz leases_since, TimestampTz now)
 	}
 }
 
-/* refresh the history counts of the metrics view when they are a minute old */
+/*
+ * Refresh the counts of the metrics view: the live tasks when they are 10
+ * seconds old, the history when it is a minute old.
+ */
 static void
 worker_count(TimestampTz leases_since, TimestampTz now)
 {
+	static TimestampTz live_due = 0;
 	static TimestampTz due = 0;
 	int64		written = 0;
 
-	if (now < due)
-		return;
-	(void) worker_step_guarded(STEP_COUNT, leases_since, now, 0, &written);
-	due = now + COUNT_INTERVAL;
+	if (now >= live_due)
+	{
+		(void) worker_step_guarded(STEP_COUNT_LIVE, leases_since, now, 0, &written);
+		live_due = now + COUNT_LIVE_INTERVAL;
+	}
+	if (now >= due)
+	{
+		(void) worker_step_guarded(STEP_COUNT, leases_since, now, 0, &written);
+		due = now + COUNT_INTERVAL;
+	}
 }
 
 /*

@@ -482,6 +482,35 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 	SELECT pg_catalog.count(*) FROM written
 $$;
 
+CREATE FUNCTION frameq._live_frames(OUT state text, OUT n bigint) RETURNS SETOF record
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp SET max_parallel_workers_per_gather = 0 AS $$
+	SELECT f.state, pg_catalog.count(*) FROM frameq.frame f
+	 WHERE f.state OPERATOR(pg_catalog.=) ANY ('{waiting,depend,running}'::text[]) GROUP BY f.state
+	UNION ALL
+	SELECT 'dead', pg_catalog.count(*) FROM frameq.frame f WHERE f.state OPERATOR(pg_catalog.=) 'dead'
+$$;
+
+CREATE FUNCTION frameq._count_live() RETURNS bigint
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	WITH counted AS (
+		SELECT 'frames_live'::text AS metric, s.state AS label, coalesce(x.n, 0) AS n
+		  FROM pg_catalog.unnest('{waiting,depend,running,dead}'::text[]) s(state)
+		  LEFT JOIN frameq._live_frames() x ON x.state OPERATOR(pg_catalog.=) s.state
+		UNION ALL
+		SELECT 'frames_live', 'delayed', pg_catalog.count(*) FROM frameq.frame f
+		 WHERE f.state OPERATOR(pg_catalog.=) 'waiting' AND f.not_before IS NOT NULL
+		UNION ALL
+		SELECT 'live_counted_at', '',
+			   pg_catalog.floor(EXTRACT(epoch FROM pg_catalog.clock_timestamp()))::bigint),
+	 written AS (
+		INSERT INTO frameq.tally AS t (metric, label, value)
+		SELECT c.metric, c.label, c.n FROM counted c
+		ON CONFLICT (metric, label) DO UPDATE SET value = excluded.value
+		RETURNING 1)
+	SELECT pg_catalog.count(*) FROM written
+$$;
+
 CREATE OR REPLACE VIEW frameq.frames AS
 SELECT f.id AS frame, f.job, f.layer, f.number AS frame_number, f.state, f.retries,
 	   f.attempts, p.id AS proc, h.name AS host, p.state AS proc_state,
@@ -500,32 +529,24 @@ SELECT r.proc, r.frame, r.job, h.name AS host, r.epoch, r.started_at, r.ended_at
   FROM frameq.run r
   JOIN frameq.host h ON h.id = r.host;
 
-CREATE FUNCTION frameq._live_frames(OUT state text, OUT n bigint) RETURNS SETOF record
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp SET max_parallel_workers_per_gather = 0 AS $$
-	SELECT f.state, pg_catalog.count(*) FROM frameq.frame f
-	 WHERE f.state OPERATOR(pg_catalog.=) ANY ('{waiting,depend,running}'::text[]) GROUP BY f.state
-	UNION ALL
-	SELECT 'dead', pg_catalog.count(*) FROM frameq.frame f WHERE f.state OPERATOR(pg_catalog.=) 'dead'
-$$;
-
 CREATE OR REPLACE VIEW frameq.metrics AS
-WITH live AS (
-		SELECT x.state, x.n FROM frameq._live_frames() x),
-	 tallied AS (
+WITH tallied AS (
 		SELECT t.metric, t.label, t.value FROM frameq.tally t),
 	 running AS (
 		SELECT p.show, count(*) AS tasks, sum(p.cores_cc) AS cc FROM frameq.proc p GROUP BY p.show),
 	 farm AS (
 		SELECT h.state, count(*) AS n, sum(h.cores_cc) AS cc, sum(h.idle_cc) AS idle_cc
 		  FROM frameq.host h WHERE h.retired_at IS NULL GROUP BY h.state)
-SELECT 'frameq_frames'::text AS name, jsonb_build_object('state', s.state) AS labels,
-	   coalesce(l.n, 0)::float8 AS value
-  FROM unnest('{waiting,depend,running,dead}'::text[]) s(state)
-  LEFT JOIN live l ON l.state = s.state
+SELECT 'frameq_frames'::text AS name, jsonb_build_object('state', t.label) AS labels,
+	   t.value::float8 AS value
+  FROM tallied t WHERE t.metric = 'frames_live' AND t.label <> 'delayed'
 UNION ALL
-SELECT 'frameq_delayed_frames', '{}', count(*)::float8
-  FROM frameq.frame f WHERE f.state = 'waiting' AND f.not_before IS NOT NULL
+SELECT 'frameq_delayed_frames', '{}', t.value::float8
+  FROM tallied t WHERE t.metric = 'frames_live' AND t.label = 'delayed'
+UNION ALL
+SELECT 'frameq_frames_age_seconds', '{}',
+	   extract(epoch FROM now())::float8 - t.value
+  FROM tallied t WHERE t.metric = 'live_counted_at'
 UNION ALL
 SELECT 'frameq_frames_counted', jsonb_build_object('state', t.label), t.value::float8
   FROM tallied t WHERE t.metric = 'frames_counted'
@@ -913,5 +934,6 @@ REVOKE ALL ON FUNCTION
 	frameq.prune(interval),
 	frameq._prune_step(int, int, int),
 	frameq._count_history(),
-	frameq._live_frames()
+	frameq._live_frames(),
+	frameq._count_live()
 	FROM PUBLIC;

@@ -71,7 +71,6 @@ GRANT EXECUTE ON FUNCTION frameq.check(), frameq.ledger(), frameq.worker_status(
 GRANT SELECT ON frameq.frames, frameq.job_progress, frameq.usage, frameq.hosts, frameq.runs,
 	frameq.show_grants, frameq.dispatch_parked, frameq.depends, frameq.job_host_blocks
 	TO frameq_reader;
-/* metrics (which calls _live_frames); prune() removes history: an administration action */
+/* metrics; prune() removes history: an administration action */
 GRANT SELECT ON frameq.metrics TO frameq_reader;
-GRANT EXECUTE ON FUNCTION frameq._live_frames() TO frameq_reader;
 GRANT EXECUTE ON FUNCTION frameq.prune(interval) TO frameq_admin;

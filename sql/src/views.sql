@@ -131,49 +131,34 @@ CREATE VIEW frameq.dispatch_parked AS
 SELECT kind, id, inflight FROM frameq._ledger_parked();
 
 /*
- * The live tasks by state (waiting, depend, running; dead), for the
- * metrics view: one scan of the partial index frame_live and one of
- * frame_dead, their entries only.  Not in parallel: the scan is short, and
- * workers' start costs more than they save on a busy server.  SECURITY
- * DEFINER: the view's readers may not read frame (counts only come out).
- */
-CREATE FUNCTION frameq._live_frames(OUT state text, OUT n bigint) RETURNS SETOF record
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp SET max_parallel_workers_per_gather = 0 AS $$
-	SELECT f.state, pg_catalog.count(*) FROM frameq.frame f
-	 WHERE f.state OPERATOR(pg_catalog.=) ANY ('{waiting,depend,running}'::text[]) GROUP BY f.state
-	UNION ALL
-	SELECT 'dead', pg_catalog.count(*) FROM frameq.frame f WHERE f.state OPERATOR(pg_catalog.=) 'dead'
-$$;
-
-/*
  * The farm in Prometheus naming: one row per series, name, labels (a
  * JSON object of label name to value) and value.  doc/reference.md,
  * "metrics", says what each series is.  Cheap to read at any size
- * (doc/design.md, "Metrics off the hot paths"): live tasks are counted
- * where an index holds only them (frame_live, frame_dead, frame_delayed),
- * running work from the procs, hosts from the host table; what grows with
- * history (runs ended, tasks by every state) the worker counts about once
- * a minute into tally (_count_history), and the view says how old that
- * count is.
+ * (doc/design.md, "History and metrics off the hot paths"): running work
+ * is read from the procs, hosts from the host table, jobs from the job
+ * table; tasks by state are what the worker last counted into tally
+ * (about every 10 s for the live states, _count_live; about every minute
+ * for every state and the runs ended, _count_history), and the view says
+ * how old each count is.
  */
 CREATE VIEW frameq.metrics AS
-WITH live AS (
-		SELECT x.state, x.n FROM frameq._live_frames() x),
-	 tallied AS (
+WITH tallied AS (
 		SELECT t.metric, t.label, t.value FROM frameq.tally t),
 	 running AS (
 		SELECT p.show, count(*) AS tasks, sum(p.cores_cc) AS cc FROM frameq.proc p GROUP BY p.show),
 	 farm AS (
 		SELECT h.state, count(*) AS n, sum(h.cores_cc) AS cc, sum(h.idle_cc) AS idle_cc
 		  FROM frameq.host h WHERE h.retired_at IS NULL GROUP BY h.state)
-SELECT 'frameq_frames'::text AS name, jsonb_build_object('state', s.state) AS labels,
-	   coalesce(l.n, 0)::float8 AS value
-  FROM unnest('{waiting,depend,running,dead}'::text[]) s(state)
-  LEFT JOIN live l ON l.state = s.state
+SELECT 'frameq_frames'::text AS name, jsonb_build_object('state', t.label) AS labels,
+	   t.value::float8 AS value
+  FROM tallied t WHERE t.metric = 'frames_live' AND t.label <> 'delayed'
 UNION ALL
-SELECT 'frameq_delayed_frames', '{}', count(*)::float8
-  FROM frameq.frame f WHERE f.state = 'waiting' AND f.not_before IS NOT NULL
+SELECT 'frameq_delayed_frames', '{}', t.value::float8
+  FROM tallied t WHERE t.metric = 'frames_live' AND t.label = 'delayed'
+UNION ALL
+SELECT 'frameq_frames_age_seconds', '{}',
+	   extract(epoch FROM now())::float8 - t.value
+  FROM tallied t WHERE t.metric = 'live_counted_at'
 UNION ALL
 SELECT 'frameq_frames_counted', jsonb_build_object('state', t.label), t.value::float8
   FROM tallied t WHERE t.metric = 'frames_counted'

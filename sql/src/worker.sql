@@ -570,3 +570,46 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 		RETURNING 1)
 	SELECT pg_catalog.count(*) FROM written
 $$;
+
+/*
+ * The live tasks by state (waiting, depend, running; dead), for the
+ * worker's _count_live: one scan of the partial index frame_live and one
+ * of frame_dead, their entries only.  Not in parallel: the worker's step
+ * need not take more than its one process.
+ */
+CREATE FUNCTION frameq._live_frames(OUT state text, OUT n bigint) RETURNS SETOF record
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp SET max_parallel_workers_per_gather = 0 AS $$
+	SELECT f.state, pg_catalog.count(*) FROM frameq.frame f
+	 WHERE f.state OPERATOR(pg_catalog.=) ANY ('{waiting,depend,running}'::text[]) GROUP BY f.state
+	UNION ALL
+	SELECT 'dead', pg_catalog.count(*) FROM frameq.frame f WHERE f.state OPERATOR(pg_catalog.=) 'dead'
+$$;
+
+/*
+ * The live task counts the metrics view reads (tally 'frames_live' by
+ * state: waiting, depend, running, dead, and delayed), refreshed by the
+ * worker about every 10 seconds, in one statement; 'live_counted_at' says
+ * when.  One scan of the partial indexes frame_live, frame_dead and
+ * frame_delayed (their entries only): paid once per interval, however many
+ * scrapes read the view.  Returns the rows written.
+ */
+CREATE FUNCTION frameq._count_live() RETURNS bigint
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	WITH counted AS (
+		SELECT 'frames_live'::text AS metric, s.state AS label, coalesce(x.n, 0) AS n
+		  FROM pg_catalog.unnest('{waiting,depend,running,dead}'::text[]) s(state)
+		  LEFT JOIN frameq._live_frames() x ON x.state OPERATOR(pg_catalog.=) s.state
+		UNION ALL
+		SELECT 'frames_live', 'delayed', pg_catalog.count(*) FROM frameq.frame f
+		 WHERE f.state OPERATOR(pg_catalog.=) 'waiting' AND f.not_before IS NOT NULL
+		UNION ALL
+		SELECT 'live_counted_at', '',
+			   pg_catalog.floor(EXTRACT(epoch FROM pg_catalog.clock_timestamp()))::bigint),
+	 written AS (
+		INSERT INTO frameq.tally AS t (metric, label, value)
+		SELECT c.metric, c.label, c.n FROM counted c
+		ON CONFLICT (metric, label) DO UPDATE SET value = excluded.value
+		RETURNING 1)
+	SELECT pg_catalog.count(*) FROM written
+$$;

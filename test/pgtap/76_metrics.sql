@@ -1,14 +1,14 @@
 /*
  * Issue 16, the metrics view (frameq 0.6.0): every series' value on a
  * small farm whose every number is known, before and after the worker's
- * lease expiry (the history counts as the worker's _count_history
- * leaves them); series names and labels as Prometheus wants them, one row
+ * lease expiry (the task and run counts as the worker's _count_live and
+ * _count_history leave them); series names and labels as Prometheus wants them, one row
  * per series; readable by frameq_reader.
  */
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(38);
+SELECT plan(40);
 
 CREATE FUNCTION pg_temp.m(name text, labels jsonb DEFAULT '{}') RETURNS float8 LANGUAGE sql AS $$
 	SELECT x.value FROM frameq.metrics x WHERE x.name = $1 AND x.labels = $2 $$;
@@ -40,6 +40,8 @@ SELECT frameq.kill_frame((SELECT frame FROM frameq.proc WHERE id = (:'ap'::bigin
 UPDATE frameq.job SET submitted_at = now() - interval '100 s' WHERE id = :a;
 
 SELECT is(frameq._count_history(), 8::bigint, 'the worker''s count writes its rows: one run reason, six task states, its time');
+SELECT is(frameq._count_live(), 6::bigint, 'the worker''s live count writes its rows: four states, delayed, its time');
+SELECT ok(pg_temp.m('frameq_frames_age_seconds') BETWEEN 0 AND 1, 'live counts just now');
 SELECT is(pg_temp.m('frameq_frames', '{"state": "waiting"}'), 6::float8,
 	'frames waiting: a 4-5, c 1-3 (paused), d 1 (delayed)');
 SELECT is(pg_temp.m('frameq_frames', '{"state": "depend"}'), 2::float8, 'frames depend: b''s two');
@@ -75,7 +77,7 @@ SELECT is(pg_temp.m('frameq_jobs_pruned_total'), 0::float8, 'no job pruned');
 /* the worker's lease expiry, a day on: every host's lease is lost, a 3's proc goes host_lost */
 SELECT is(frameq._expire_leases(clock_timestamp() - interval '1 day', clock_timestamp() + interval '1 day'),
 	3::bigint, 'three leases expire');
-SELECT frameq._count_history() AS _ \gset
+SELECT frameq._count_history() + frameq._count_live() AS _ \gset
 SELECT is(pg_temp.m('frameq_lease_expired_total'), 3::float8, 'frameq_lease_expired_total counts them');
 SELECT is(pg_temp.m('frameq_runs_ended_total', '{"reason": "host_lost"}'), 1::float8,
 	'runs ended host_lost: a 3');

@@ -9,7 +9,8 @@
 #     farm's hosts by state;
 #   - every series of the view frameq.metrics that the file exports, with
 #     the view's value read right after the scrape (the farm is quiet; the
-#     ages of the oldest waiting job and of the worker's counts within 5 s);
+#     ages of the oldest waiting job and of the worker's counts within 5 s;
+#     the counts as the worker's _count_live and _count_history leave them);
 #   - series padded by the shared "frameq" query at 0 only;
 #   - no error from any of the file's queries (pg_exporter_last_scrape_error 0,
 #     and the exporter's log has no error line).
@@ -59,7 +60,7 @@ SELECT frameq.complete('${sfx}-h2', '$tok2', $epoch2, r.proc, 0)
 SELECT frameq.submit('{"show": "${sfx}a", "name": "busy",
 	"layers": [{"name": "l", "command": "c", "range": "1-3", "cores": 1.5}]}');
 SELECT count(*) FROM frameq.reserve('${sfx}-h1', '$tok1', $epoch1, 2);
-SELECT frameq._count_history();
+SELECT frameq._count_history(), frameq._count_live();
 SQL
 
 # the exporter, on a free loopback port
@@ -125,7 +126,8 @@ for name, labels, value in view:
         print("not ok - missing from the scrape: %s %s" % (name, labels))
         continue
     seen.add(key)
-    tol = 5 if name in ("frameq_oldest_waiting_seconds", "frameq_counted_age_seconds") else 0
+    tol = 5 if name in ("frameq_oldest_waiting_seconds", "frameq_counted_age_seconds",
+                        "frameq_frames_age_seconds") else 0
     if abs(got[key] - value) > tol:
         fails.append("%s %s: scraped %s, view %s" % (name, labels, got[key], value))
         print("not ok - %s %s: scraped %s, the view %s" % (name, labels, got[key], value))
