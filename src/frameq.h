@@ -59,6 +59,7 @@ extern int	frameq_ledger_size;
 extern char *frameq_database;
 extern bool frameq_quarantine;
 extern int	frameq_lock_wait;		/* milliseconds */
+extern int	frameq_retention;		/* seconds; 0: never prune */
 extern void frameq_guc_init(void);
 
 /* frameq.c */

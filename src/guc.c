@@ -22,6 +22,7 @@ int			frameq_ledger_size = 100000;
 char	   *frameq_database = NULL;
 bool		frameq_quarantine = true;
 int			frameq_lock_wait = 1000;
+int			frameq_retention = 0;
 
 void
 frameq_guc_init(void)
@@ -119,6 +120,19 @@ frameq_guc_init(void)
 							1000, 1, 60000,
 							PGC_SUSET,
 							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	/*
+	 * How long ended jobs are kept: the background worker prunes those
+	 * that ended longer ago (worker.sql, pruning).  0, the default: never.
+	 */
+	DefineCustomIntVariable("frameq.retention",
+							"How long the background worker keeps a finished or killed job before pruning it.",
+							"0, the default, keeps every job; prune() removes jobs on demand.",
+							&frameq_retention,
+							0, 0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("frameq");

@@ -37,6 +37,16 @@
  * a retry_delay) is made bookable by the round after its time has come:
  * sql/src/worker.sql, "Delays".
  *
+ * Pruning.  While frameq.retention is set, the round prunes one small
+ * batch of jobs that ended longer ago than that (worker.sql, pruning),
+ * then rests four times as long as the batch took, until a batch finds
+ * nothing; then it waits an hour.
+ *
+ * Counts.  About every 10 seconds the round counts the live tasks by
+ * state, and about once a minute runs ended by reason and tasks by every
+ * state, into frameq.tally, for the metrics view (worker.sql, _count_live
+ * and _count_history): so a scrape never counts tasks or runs.
+ *
  * Wall-clock jumps.  Lease times are wall-clock timestamps in the host
  * table.  Each round the worker compares how far the wall clock and the
  * monotonic clock moved; if they disagree by more than a second, the clock
@@ -233,8 +243,27 @@ typedef enum WorkerStep
 	STEP_FINISH_JOBS,
 	STEP_SETTLE_LIMITS,
 	STEP_DELAYS,
-	STEP_REQUEUE
+	STEP_REQUEUE,
+	STEP_PRUNE,
+	STEP_COUNT,
+	STEP_COUNT_LIVE
 } WorkerStep;
+
+/* how often the counts the metrics view reads are refreshed: history, live tasks */
+#define COUNT_INTERVAL		((int64) 60 * USECS_PER_SEC)
+#define COUNT_LIVE_INTERVAL	((int64) 10 * USECS_PER_SEC)
+
+/*
+ * Pruning: the most jobs, and tasks, one batch removes (a job holding more
+ * tasks goes alone); after a batch the worker prunes nothing for
+ * PRUNE_PAUSE_FACTOR times as long as it took, so pruning takes at most a
+ * fifth of a core; passes start an hour apart.
+ */
+#define PRUNE_BATCH_JOBS	10
+#define PRUNE_BATCH_TASKS	10000
+#define PRUNE_PAUSE_FACTOR	4
+#define PRUNE_PASS_INTERVAL	((int64) 3600 * USECS_PER_SEC)
+#define PRUNE_RETRY_INTERVAL ((int64) 60 * USECS_PER_SEC)
 
 /*
  * Is frameq installed in this database, with the schema this library was
@@ -317,6 +346,19 @@ worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now, int64 ju
 			result = run_step("SELECT frameq._settle_job_limits()", 0, NULL, NULL);
 		else if (step == STEP_DELAYS)
 			result = run_step("SELECT frameq._delays_ended()", 0, NULL, NULL);
+		else if (step == STEP_PRUNE)
+		{
+			Oid			types[3] = {INT4OID, INT4OID, INT4OID};
+			Datum		args[3] = {Int32GetDatum(frameq_retention),
+								   Int32GetDatum(PRUNE_BATCH_JOBS),
+								   Int32GetDatum(PRUNE_BATCH_TASKS)};
+
+			result = run_step("SELECT frameq._prune_step($1, $2, $3)", 3, types, args);
+		}
+		else if (step == STEP_COUNT)
+			result = run_step("SELECT frameq._count_history()", 0, NULL, NULL);
+		else if (step == STEP_COUNT_LIVE)
+			result = run_step("SELECT frameq._count_live()", 0, NULL, NULL);
 		else
 		{
 			/*
@@ -377,6 +419,69 @@ worker_step_guarded(WorkerStep step, TimestampTz leases_since, TimestampTz now,
 }
 
 /*
+ * Prune a batch when one is due.  A pass starts an hour after the last
+ * one ended (at once when frameq.retention changes) and goes on a batch
+ * at a time, each followed by a pause of PRUNE_PAUSE_FACTOR times its
+ * length, until a batch removes nothing.  A failed batch is tried again a
+ * minute later.
+ */
+static void
+worker_prune(TimestampTz leases_since, TimestampTz now)
+{
+	static TimestampTz due = 0;
+	static int	retention = 0;
+	int64		pruned = 0;
+	TimestampTz start;
+	TimestampTz end;
+
+	/* a new setting starts a pass at once */
+	if (frameq_retention != retention)
+	{
+		retention = frameq_retention;
+		due = 0;
+	}
+	if (frameq_retention <= 0 || now < due)
+		return;
+	start = GetCurrentTimestamp();
+	if (!worker_step_guarded(STEP_PRUNE, leases_since, now, 0, &pruned))
+	{
+		due = now + PRUNE_RETRY_INTERVAL;
+		return;
+	}
+	end = GetCurrentTimestamp();
+	if (pruned == 0)
+		due = end + PRUNE_PASS_INTERVAL;
+	else
+	{
+		due = end + PRUNE_PAUSE_FACTOR * (end - start);
+		elog(LOG, "frameq worker: %lld ended job(s) pruned (frameq.retention)", (long long) pruned);
+	}
+}
+
+/*
+ * Refresh the counts of the metrics view: the live tasks when they are 10
+ * seconds old, the history when it is a minute old.
+ */
+static void
+worker_count(TimestampTz leases_since, TimestampTz now)
+{
+	static TimestampTz live_due = 0;
+	static TimestampTz due = 0;
+	int64		written = 0;
+
+	if (now >= live_due)
+	{
+		(void) worker_step_guarded(STEP_COUNT_LIVE, leases_since, now, 0, &written);
+		live_due = now + COUNT_LIVE_INTERVAL;
+	}
+	if (now >= due)
+	{
+		(void) worker_step_guarded(STEP_COUNT, leases_since, now, 0, &written);
+		due = now + COUNT_INTERVAL;
+	}
+}
+
+/*
  * One round: re-arm after start or a clock jump, move the deadlines by a
  * jump (*jump microseconds, zeroed once done), expire, time out, send,
  * settle the jobs whose finish or limits on failure were left to us, and
@@ -416,6 +521,8 @@ worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire,
 	(void) worker_step_guarded(STEP_SETTLE_LIMITS, leases_since, now, 0, &settled);
 	(void) worker_step_guarded(STEP_DELAYS, leases_since, now, 0, &ended);
 	(void) worker_step_guarded(STEP_REQUEUE, leases_since, now, 0, &requeued);
+	worker_prune(leases_since, now);
+	worker_count(leases_since, now);
 
 	if (expired > 0)
 		elog(LOG, "frameq worker: %lld host lease(s) expired; their procs were released",

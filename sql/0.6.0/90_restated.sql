@@ -2009,6 +2009,254 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION frameq._expire_leases(since timestamptz, at timestamptz DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	period interval := frameq.lease_period();
+	/*
+	 * "Now" as the worker read it, next to its clock-jump check: a step of
+	 * the clock after that check must not make leases look old in this
+	 * round (the next round sees the jump).
+	 */
+	at_time timestamptz := coalesce(at, pg_catalog.clock_timestamp());
+	saved_timeout text := pg_catalog.current_setting('lock_timeout');
+	candidate int;
+	h frameq.host;
+	n bigint := 0;
+BEGIN
+	PERFORM pg_catalog.set_config('lock_timeout',
+								  pg_catalog.current_setting('frameq.lock_wait'), true);
+	FOR candidate IN SELECT x.id FROM frameq.host x
+					  WHERE x.lease_expires_at IS NOT NULL
+						AND (greatest(x.last_renewal_at, since) OPERATOR(pg_catalog.+) period)
+							OPERATOR(pg_catalog.<) at_time
+					  ORDER BY x.id LOOP
+		BEGIN
+			IF NOT frameq._lock_host(candidate, NULL) THEN
+				RAISE LOG 'frameq worker: host % skipped this round: its lock is held by another session',
+					candidate;
+				CONTINUE;
+			END IF;
+			SELECT * INTO h FROM frameq.host x WHERE x.id OPERATOR(pg_catalog.=) candidate;
+			CONTINUE WHEN h.lease_expires_at IS NULL
+					   OR (greatest(h.last_renewal_at, since) OPERATOR(pg_catalog.+) period)
+						  OPERATOR(pg_catalog.>=) at_time;
+			PERFORM frameq._release_procs(ARRAY(SELECT x.id FROM frameq.proc x
+												 WHERE x.host OPERATOR(pg_catalog.=) h.id),
+										  'host_lost');
+			UPDATE frameq.host x SET lease_expires_at = NULL,
+				   epoch = x.epoch OPERATOR(pg_catalog.+) 1,
+				   state = CASE WHEN x.state OPERATOR(pg_catalog.=) 'up' THEN 'down' ELSE x.state END,
+				   down_reason = CASE WHEN x.state OPERATOR(pg_catalog.=) 'up'
+									  THEN 'lease_lost' ELSE x.down_reason END
+			 WHERE x.id OPERATOR(pg_catalog.=) h.id;
+			n := n OPERATOR(pg_catalog.+) 1;
+		EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+			RAISE LOG 'frameq worker: host % skipped this round: a row it needs is locked by another session (%)',
+				candidate, SQLERRM;
+		END;
+	END LOOP;
+	PERFORM pg_catalog.set_config('lock_timeout', saved_timeout, true);
+	/* for metrics' frameq_lease_expired_total */
+	PERFORM frameq._tally_add('lease_expired', '', n);
+	RETURN n;
+END
+$$;
+
+CREATE FUNCTION frameq._prunable(job bigint, cutoff timestamptz) RETURNS bool
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT EXISTS (
+		SELECT 1 FROM frameq.job j
+		 WHERE j.id OPERATOR(pg_catalog.=) $1
+		   AND j.state OPERATOR(pg_catalog.=) ANY ('{finished,killed}'::text[])
+		   AND j.finished_at OPERATOR(pg_catalog.<) $2
+		   AND NOT EXISTS (SELECT 1 FROM frameq.proc p WHERE p.job OPERATOR(pg_catalog.=) j.id)
+		   AND NOT EXISTS (SELECT 1 FROM frameq.depend d
+							 JOIN frameq.job o ON o.id OPERATOR(pg_catalog.=) d.job
+							WHERE d.kind OPERATOR(pg_catalog.=) 'job'
+							  AND d.on_job OPERATOR(pg_catalog.=) j.id
+							  AND o.state OPERATOR(pg_catalog.<>) ALL ('{finished,killed}'::text[]))
+		   AND NOT EXISTS (SELECT 1 FROM frameq.depend d
+							 JOIN frameq.job o ON o.id OPERATOR(pg_catalog.=) d.on_job
+							WHERE d.kind OPERATOR(pg_catalog.=) 'job'
+							  AND d.job OPERATOR(pg_catalog.=) j.id AND NOT d.satisfied
+							  AND o.state OPERATOR(pg_catalog.<>) ALL ('{finished,killed}'::text[])))
+$$;
+
+CREATE FUNCTION frameq._tally_add(metric text, label text, n bigint) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	INSERT INTO frameq.tally AS t (metric, label, value) SELECT $1, $2, $3 WHERE $3 OPERATOR(pg_catalog.>) 0
+	ON CONFLICT (metric, label) DO UPDATE SET value = t.value OPERATOR(pg_catalog.+) excluded.value
+$$;
+
+CREATE FUNCTION frameq._prune_jobs(jobs bigint[]) RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	layers bigint[] := ARRAY(SELECT l.id FROM frameq.layer l WHERE l.job = ANY (jobs));
+	r record;
+	n bigint;
+BEGIN
+	FOR r IN WITH gone AS (
+				DELETE FROM frameq.run x
+				 WHERE x.frame IN (SELECT f.id FROM frameq.frame f WHERE f.layer = ANY (layers))
+				RETURNING x.reason)
+			 SELECT coalesce(g.reason, '') AS reason, count(*) AS n FROM gone g GROUP BY 1 LOOP
+		PERFORM frameq._tally_add('runs_pruned', r.reason, r.n);
+	END LOOP;
+	DELETE FROM frameq.frame_depend e
+	 WHERE e.frame IN (SELECT f.id FROM frameq.frame f WHERE f.layer = ANY (layers));
+	DELETE FROM frameq.frame_depend e
+	 WHERE e.on_frame IN (SELECT f.id FROM frameq.frame f WHERE f.layer = ANY (layers));
+	FOR r IN WITH gone AS (
+				DELETE FROM frameq.frame f WHERE f.layer = ANY (layers) RETURNING f.state)
+			 SELECT g.state, count(*) AS n FROM gone g GROUP BY 1 LOOP
+		PERFORM frameq._tally_add('frames_pruned', r.state, r.n);
+	END LOOP;
+	DELETE FROM frameq.depend d WHERE d.job = ANY (jobs);
+	DELETE FROM frameq.depend d WHERE d.kind = 'job' AND d.on_job = ANY (jobs);
+	DELETE FROM frameq.layer_limit x WHERE x.layer = ANY (layers);
+	DELETE FROM frameq.layer l WHERE l.id = ANY (layers);
+	DELETE FROM frameq.job_host_failure x WHERE x.job = ANY (jobs);
+	DELETE FROM frameq.job_limit_check x WHERE x.job = ANY (jobs);
+	DELETE FROM frameq.job_finish_check x WHERE x.job = ANY (jobs);
+	DELETE FROM frameq.job j WHERE j.id = ANY (jobs);
+	GET DIAGNOSTICS n = ROW_COUNT;
+	PERFORM frameq._tally_add('jobs_pruned', '', n);
+	RETURN n;
+END
+$$;
+
+CREATE FUNCTION frameq._prune_batch(cutoff timestamptz, max_jobs int, max_tasks int DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	jobs bigint[];
+BEGIN
+	jobs := ARRAY(SELECT j.id FROM frameq.job j
+				   WHERE j.state IN ('finished', 'killed') AND j.finished_at < cutoff
+					 AND frameq._prunable(j.id, cutoff)
+				   ORDER BY j.finished_at, j.id LIMIT max_jobs
+				   FOR UPDATE OF j SKIP LOCKED);
+	/* locked: a fresh snapshot sees whatever came first */
+	jobs := ARRAY(SELECT x FROM unnest(jobs) x WHERE frameq._prunable(x, cutoff));
+	IF max_tasks IS NOT NULL THEN
+		/* the running sum only grows: the jobs kept are a prefix */
+		jobs := ARRAY(SELECT c.job FROM (
+						SELECT x.job, x.ord, sum(x.tasks) OVER (ORDER BY x.ord) AS upto
+						  FROM (SELECT u.job, u.ord,
+									   (SELECT count(*) FROM frameq.layer l
+										  JOIN frameq.frame f ON f.layer = l.id
+										 WHERE l.job = u.job) AS tasks
+								  FROM unnest(jobs) WITH ORDINALITY u(job, ord)) x) c
+					   WHERE c.ord = 1 OR c.upto <= max_tasks
+					   ORDER BY c.ord);
+	END IF;
+	DELETE FROM frameq.dispatch_queue q
+	 WHERE q.ctid = ANY (ARRAY(SELECT y.ctid FROM frameq.dispatch_queue y
+								WHERE y.job = ANY (jobs) FOR UPDATE SKIP LOCKED));
+	jobs := ARRAY(SELECT x FROM unnest(jobs) x
+				   WHERE NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q WHERE q.job = x));
+	IF cardinality(jobs) = 0 THEN
+		RETURN 0;
+	END IF;
+	RETURN frameq._prune_jobs(jobs);
+END
+$$;
+
+CREATE FUNCTION frameq.prune(finished_before interval) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	cutoff timestamptz;
+	step bigint;
+	n bigint := 0;
+BEGIN
+	IF finished_before IS NULL THEN
+		RAISE EXCEPTION 'finished_before must not be null'
+			USING ERRCODE = 'null_value_not_allowed';
+	ELSIF finished_before < interval '0' THEN
+		RAISE EXCEPTION 'finished_before must not be negative: %', finished_before
+			USING ERRCODE = 'invalid_parameter_value';
+	ELSIF finished_before > interval '100 years' THEN
+		RAISE EXCEPTION 'finished_before is past its bound of 100 years: %', finished_before
+			USING ERRCODE = 'program_limit_exceeded';
+	END IF;
+	cutoff := clock_timestamp() - finished_before;
+	LOOP
+		step := frameq._prune_batch(cutoff, 100);
+		n := n + step;
+		EXIT WHEN step = 0;
+	END LOOP;
+	/* a person's call is an action; the worker's steps (_prune_step) are not */
+	PERFORM frameq._audit('prune', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('finished_before', finished_before::text, 'jobs', n));
+	RETURN n;
+END
+$$;
+
+CREATE FUNCTION frameq._prune_step(retention int, max_jobs int, max_tasks int) RETURNS bigint
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	SELECT frameq._prune_batch(pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-)
+							   pg_catalog.make_interval(secs => $1), $2, $3)
+$$;
+
+CREATE FUNCTION frameq._count_history() RETURNS bigint
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	WITH counted AS (
+		SELECT 'runs_ended'::text AS metric, x.reason AS label, pg_catalog.sum(x.n)::bigint AS n
+		  FROM (SELECT r.reason, pg_catalog.count(*) AS n FROM frameq.run r
+				 WHERE r.reason IS NOT NULL GROUP BY r.reason
+				UNION ALL
+				SELECT t.label, t.value FROM frameq.tally t
+				 WHERE t.metric OPERATOR(pg_catalog.=) 'runs_pruned') x
+		 GROUP BY x.reason
+		UNION ALL
+		SELECT 'frames_counted', s.state, pg_catalog.count(f.id)
+		  FROM pg_catalog.unnest('{waiting,depend,running,succeeded,dead,eaten}'::text[]) s(state)
+		  LEFT JOIN frameq.frame f ON f.state OPERATOR(pg_catalog.=) s.state
+		 GROUP BY s.state
+		UNION ALL
+		SELECT 'counted_at', '',
+			   pg_catalog.floor(EXTRACT(epoch FROM pg_catalog.clock_timestamp()))::bigint),
+	 written AS (
+		INSERT INTO frameq.tally AS t (metric, label, value)
+		SELECT c.metric, c.label, c.n FROM counted c
+		ON CONFLICT (metric, label) DO UPDATE
+		   SET value = CASE WHEN t.metric OPERATOR(pg_catalog.=) 'runs_ended'
+							THEN GREATEST(t.value, excluded.value) ELSE excluded.value END
+		RETURNING 1)
+	SELECT pg_catalog.count(*) FROM written
+$$;
+
+CREATE FUNCTION frameq._live_frames(OUT state text, OUT n bigint) RETURNS SETOF record
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp SET max_parallel_workers_per_gather = 0 AS $$
+	SELECT f.state, pg_catalog.count(*) FROM frameq.frame f
+	 WHERE f.state OPERATOR(pg_catalog.=) ANY ('{waiting,depend,running}'::text[]) GROUP BY f.state
+	UNION ALL
+	SELECT 'dead', pg_catalog.count(*) FROM frameq.frame f WHERE f.state OPERATOR(pg_catalog.=) 'dead'
+$$;
+
+CREATE FUNCTION frameq._count_live() RETURNS bigint
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	WITH counted AS (
+		SELECT 'frames_live'::text AS metric, s.state AS label, coalesce(x.n, 0) AS n
+		  FROM pg_catalog.unnest('{waiting,depend,running,dead}'::text[]) s(state)
+		  LEFT JOIN frameq._live_frames() x ON x.state OPERATOR(pg_catalog.=) s.state
+		UNION ALL
+		SELECT 'frames_live', 'delayed', pg_catalog.count(*) FROM frameq.frame f
+		 WHERE f.state OPERATOR(pg_catalog.=) 'waiting' AND f.not_before IS NOT NULL
+		UNION ALL
+		SELECT 'live_counted_at', '',
+			   pg_catalog.floor(EXTRACT(epoch FROM pg_catalog.clock_timestamp()))::bigint),
+	 written AS (
+		INSERT INTO frameq.tally AS t (metric, label, value)
+		SELECT c.metric, c.label, c.n FROM counted c
+		ON CONFLICT (metric, label) DO UPDATE SET value = excluded.value
+		RETURNING 1)
+	SELECT pg_catalog.count(*) FROM written
+$$;
+
 CREATE OR REPLACE VIEW frameq.frames AS
 SELECT f.id AS frame, f.job, f.layer, f.number AS frame_number, f.state, f.retries,
 	   f.attempts, p.id AS proc, h.name AS host, p.state AS proc_state,
@@ -2047,6 +2295,74 @@ SELECT r.proc, r.frame, r.job, h.name AS host, r.epoch, r.started_at, r.ended_at
 CREATE OR REPLACE VIEW frameq.actions AS
 SELECT a.id, a.at, a.role, a.action, a.job, a.layer, a.frame, a.host, a.detail
   FROM frameq.action a;
+
+CREATE OR REPLACE VIEW frameq.metrics AS
+WITH tallied AS (
+		SELECT t.metric, t.label, t.value FROM frameq.tally t),
+	 running AS (
+		SELECT p.show, count(*) AS tasks, sum(p.cores_cc) AS cc FROM frameq.proc p GROUP BY p.show),
+	 farm AS (
+		SELECT h.state, count(*) AS n, sum(h.cores_cc) AS cc, sum(h.idle_cc) AS idle_cc
+		  FROM frameq.host h WHERE h.retired_at IS NULL GROUP BY h.state)
+SELECT 'frameq_frames'::text AS name, jsonb_build_object('state', t.label) AS labels,
+	   t.value::float8 AS value
+  FROM tallied t WHERE t.metric = 'frames_live' AND t.label <> 'delayed'
+UNION ALL
+SELECT 'frameq_delayed_frames', '{}', t.value::float8
+  FROM tallied t WHERE t.metric = 'frames_live' AND t.label = 'delayed'
+UNION ALL
+SELECT 'frameq_frames_age_seconds', '{}',
+	   extract(epoch FROM now())::float8 - t.value
+  FROM tallied t WHERE t.metric = 'live_counted_at'
+UNION ALL
+SELECT 'frameq_frames_counted', jsonb_build_object('state', t.label), t.value::float8
+  FROM tallied t WHERE t.metric = 'frames_counted'
+UNION ALL
+SELECT 'frameq_counted_age_seconds', '{}',
+	   extract(epoch FROM now())::float8 - t.value
+  FROM tallied t WHERE t.metric = 'counted_at'
+UNION ALL
+SELECT 'frameq_jobs', jsonb_build_object('state', s.state), count(j.id)::float8
+  FROM unnest('{active,paused,finished,killed}'::text[]) s(state)
+  LEFT JOIN frameq.job j ON j.state = s.state
+ GROUP BY s.state
+UNION ALL
+SELECT 'frameq_running_frames', jsonb_build_object('show', sh.name), coalesce(r.tasks, 0)::float8
+  FROM frameq.show sh LEFT JOIN running r ON r.show = sh.id
+UNION ALL
+SELECT 'frameq_running_cores', jsonb_build_object('show', sh.name), coalesce(r.cc / 100.0, 0)::float8
+  FROM frameq.show sh LEFT JOIN running r ON r.show = sh.id
+UNION ALL
+SELECT 'frameq_oldest_waiting_seconds', jsonb_build_object('show', sh.name),
+	   coalesce(extract(epoch FROM now() - (
+		   SELECT min(j.submitted_at) FROM frameq.job j
+			WHERE j.show = sh.id AND j.state = 'active'
+			  AND EXISTS (SELECT 1 FROM frameq.frame f
+						   WHERE f.job = j.id AND f.state = 'waiting'))), 0)::float8
+  FROM frameq.show sh
+UNION ALL
+SELECT 'frameq_hosts', jsonb_build_object('state', s.state), coalesce(h.n, 0)::float8
+  FROM (SELECT unnest('{up,down,repair}'::text[]) UNION SELECT x.state FROM farm x) s(state)
+  LEFT JOIN farm h ON h.state = s.state
+UNION ALL
+SELECT 'frameq_cores', jsonb_build_object('state', s.state),
+	   coalesce((SELECT CASE s.state WHEN 'idle' THEN h.idle_cc ELSE h.cc - h.idle_cc END
+				   FROM farm h WHERE h.state = 'up'), 0)::float8 / 100.0
+  FROM unnest('{idle,used}'::text[]) s(state)
+UNION ALL
+SELECT 'frameq_kill_orders', '{}', count(*)::float8 FROM frameq.proc p WHERE p.state = 'killing'
+UNION ALL
+SELECT 'frameq_runs_ended_total', jsonb_build_object('reason', s.reason),
+	   coalesce((SELECT t.value FROM tallied t
+				  WHERE t.metric = 'runs_ended' AND t.label = s.reason), 0)::float8
+  FROM (SELECT unnest('{completed,killed,timeout,stalled,oom,host_lost,host_rebooted,lost_by_agent,operator}'::text[])
+		UNION SELECT t.label FROM tallied t WHERE t.metric = 'runs_ended') s(reason)
+UNION ALL
+SELECT 'frameq_lease_expired_total', '{}',
+	   coalesce((SELECT t.value FROM tallied t WHERE t.metric = 'lease_expired'), 0)::float8
+UNION ALL
+SELECT 'frameq_jobs_pruned_total', '{}',
+	   coalesce((SELECT t.value FROM tallied t WHERE t.metric = 'jobs_pruned'), 0)::float8;
 
 CREATE OR REPLACE FUNCTION frameq.check() RETURNS TABLE (invariant text, detail text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -2416,5 +2732,14 @@ REVOKE ALL ON FUNCTION
 	frameq.eat_frames(bigint, text, text[]),
 	frameq.kill_frames(bigint, text, text),
 	frameq.comment_job(bigint, text),
-	frameq._gate_memo(bool)
+	frameq._gate_memo(bool),
+	frameq._prunable(bigint, timestamptz),
+	frameq._tally_add(text, text, bigint),
+	frameq._prune_jobs(bigint[]),
+	frameq._prune_batch(timestamptz, int, int),
+	frameq.prune(interval),
+	frameq._prune_step(int, int, int),
+	frameq._count_history(),
+	frameq._live_frames(),
+	frameq._count_live()
 	FROM PUBLIC;

@@ -85,3 +85,6 @@ GRANT EXECUTE ON FUNCTION frameq.retry_frames(bigint, text, text[]),
 GRANT EXECUTE ON FUNCTION frameq.report_log(text, text, bigint, bigint, text) TO frameq_agent;
 /* 0.6.0: the audit trail; its table stays the owner's alone (append-only, admin.sql) */
 GRANT SELECT ON frameq.actions TO frameq_reader;
+/* metrics; prune() removes history: an administration action */
+GRANT SELECT ON frameq.metrics TO frameq_reader;
+GRANT EXECUTE ON FUNCTION frameq.prune(interval) TO frameq_admin;

@@ -167,6 +167,8 @@ CREATE INDEX job_dispatch ON frameq.job (show, priority DESC, id)
 	WHERE state = 'active';
 /* a folder's jobs, for queueing them again (dispatch.sql, parking) */
 CREATE INDEX job_folder ON frameq.job (folder) WHERE folder IS NOT NULL;
+/* ended jobs by when they ended: what prune() may remove (worker.sql, pruning) */
+CREATE INDEX job_ended ON frameq.job (finished_at) WHERE state IN ('finished', 'killed');
 
 CREATE TABLE frameq.layer (
 	id			bigserial PRIMARY KEY,
@@ -557,6 +559,20 @@ CREATE INDEX dispatch_class_stream ON frameq.dispatch_class
 CREATE TABLE frameq.run_secret_key (
 	one			bool PRIMARY KEY DEFAULT true CHECK (one),
 	key			bytea NOT NULL CHECK (pg_catalog.length(key) OPERATOR(pg_catalog.>=) 32)
+);
+
+/*
+ * Totals that outlive the rows they count, for the metrics view: what
+ * prune() removed (metric 'runs_pruned' by run reason, 'jobs_pruned',
+ * 'frames_pruned' by task state) and the leases the worker expired
+ * ('lease_expired').  Written only by prune() and by the worker's lease
+ * expiry, never by a booking or a release: a row here is no hot row.
+ */
+CREATE TABLE frameq.tally (
+	metric		text NOT NULL,
+	label		text NOT NULL DEFAULT '',
+	value		bigint NOT NULL CHECK (value >= 0),
+	PRIMARY KEY (metric, label)
 );
 
 /* the agent-facing booking row returned by reserve() */

@@ -141,3 +141,82 @@ SELECT kind, id, inflight FROM frameq._ledger_parked();
 CREATE VIEW frameq.actions AS
 SELECT a.id, a.at, a.role, a.action, a.job, a.layer, a.frame, a.host, a.detail
   FROM frameq.action a;
+
+/*
+ * The farm in Prometheus naming: one row per series, name, labels (a
+ * JSON object of label name to value) and value.  doc/reference.md,
+ * "metrics", says what each series is.  Cheap to read at any size
+ * (doc/design.md, "History and metrics off the hot paths"): running work
+ * is read from the procs, hosts from the host table, jobs from the job
+ * table; tasks by state are what the worker last counted into tally
+ * (about every 10 s for the live states, _count_live; about every minute
+ * for every state and the runs ended, _count_history), and the view says
+ * how old each count is.
+ */
+CREATE VIEW frameq.metrics AS
+WITH tallied AS (
+		SELECT t.metric, t.label, t.value FROM frameq.tally t),
+	 running AS (
+		SELECT p.show, count(*) AS tasks, sum(p.cores_cc) AS cc FROM frameq.proc p GROUP BY p.show),
+	 farm AS (
+		SELECT h.state, count(*) AS n, sum(h.cores_cc) AS cc, sum(h.idle_cc) AS idle_cc
+		  FROM frameq.host h WHERE h.retired_at IS NULL GROUP BY h.state)
+SELECT 'frameq_frames'::text AS name, jsonb_build_object('state', t.label) AS labels,
+	   t.value::float8 AS value
+  FROM tallied t WHERE t.metric = 'frames_live' AND t.label <> 'delayed'
+UNION ALL
+SELECT 'frameq_delayed_frames', '{}', t.value::float8
+  FROM tallied t WHERE t.metric = 'frames_live' AND t.label = 'delayed'
+UNION ALL
+SELECT 'frameq_frames_age_seconds', '{}',
+	   extract(epoch FROM now())::float8 - t.value
+  FROM tallied t WHERE t.metric = 'live_counted_at'
+UNION ALL
+SELECT 'frameq_frames_counted', jsonb_build_object('state', t.label), t.value::float8
+  FROM tallied t WHERE t.metric = 'frames_counted'
+UNION ALL
+SELECT 'frameq_counted_age_seconds', '{}',
+	   extract(epoch FROM now())::float8 - t.value
+  FROM tallied t WHERE t.metric = 'counted_at'
+UNION ALL
+SELECT 'frameq_jobs', jsonb_build_object('state', s.state), count(j.id)::float8
+  FROM unnest('{active,paused,finished,killed}'::text[]) s(state)
+  LEFT JOIN frameq.job j ON j.state = s.state
+ GROUP BY s.state
+UNION ALL
+SELECT 'frameq_running_frames', jsonb_build_object('show', sh.name), coalesce(r.tasks, 0)::float8
+  FROM frameq.show sh LEFT JOIN running r ON r.show = sh.id
+UNION ALL
+SELECT 'frameq_running_cores', jsonb_build_object('show', sh.name), coalesce(r.cc / 100.0, 0)::float8
+  FROM frameq.show sh LEFT JOIN running r ON r.show = sh.id
+UNION ALL
+SELECT 'frameq_oldest_waiting_seconds', jsonb_build_object('show', sh.name),
+	   coalesce(extract(epoch FROM now() - (
+		   SELECT min(j.submitted_at) FROM frameq.job j
+			WHERE j.show = sh.id AND j.state = 'active'
+			  AND EXISTS (SELECT 1 FROM frameq.frame f
+						   WHERE f.job = j.id AND f.state = 'waiting'))), 0)::float8
+  FROM frameq.show sh
+UNION ALL
+SELECT 'frameq_hosts', jsonb_build_object('state', s.state), coalesce(h.n, 0)::float8
+  FROM (SELECT unnest('{up,down,repair}'::text[]) UNION SELECT x.state FROM farm x) s(state)
+  LEFT JOIN farm h ON h.state = s.state
+UNION ALL
+SELECT 'frameq_cores', jsonb_build_object('state', s.state),
+	   coalesce((SELECT CASE s.state WHEN 'idle' THEN h.idle_cc ELSE h.cc - h.idle_cc END
+				   FROM farm h WHERE h.state = 'up'), 0)::float8 / 100.0
+  FROM unnest('{idle,used}'::text[]) s(state)
+UNION ALL
+SELECT 'frameq_kill_orders', '{}', count(*)::float8 FROM frameq.proc p WHERE p.state = 'killing'
+UNION ALL
+SELECT 'frameq_runs_ended_total', jsonb_build_object('reason', s.reason),
+	   coalesce((SELECT t.value FROM tallied t
+				  WHERE t.metric = 'runs_ended' AND t.label = s.reason), 0)::float8
+  FROM (SELECT unnest('{completed,killed,timeout,stalled,oom,host_lost,host_rebooted,lost_by_agent,operator}'::text[])
+		UNION SELECT t.label FROM tallied t WHERE t.metric = 'runs_ended') s(reason)
+UNION ALL
+SELECT 'frameq_lease_expired_total', '{}',
+	   coalesce((SELECT t.value FROM tallied t WHERE t.metric = 'lease_expired'), 0)::float8
+UNION ALL
+SELECT 'frameq_jobs_pruned_total', '{}',
+	   coalesce((SELECT t.value FROM tallied t WHERE t.metric = 'jobs_pruned'), 0)::float8;

@@ -3,8 +3,8 @@
  * ---------------------------------------------------------------------
  * worker.sql: leases, and the background worker's steps (src/worker.c
  * runs them, one transaction per step): lease expiry and re-arming,
- * kill order announcements, the job finishes it was left, and the end of
- * requeue and retry delays.
+ * kill order announcements, the job finishes it was left, the end of
+ * requeue and retry delays, and pruning (frameq.retention).
  * ---------------------------------------------------------------------
  */
 
@@ -95,6 +95,8 @@ BEGIN
 		END;
 	END LOOP;
 	PERFORM pg_catalog.set_config('lock_timeout', saved_timeout, true);
+	/* for metrics' frameq_lease_expired_total */
+	PERFORM frameq._tally_add('lease_expired', '', n);
 	RETURN n;
 END
 $$;
@@ -345,3 +347,272 @@ CREATE FUNCTION frameq.worker_status(OUT started bool, OUT quarantine_start time
 									 OUT leases_since timestamptz)
 	AS 'MODULE_PATHNAME', 'frameq_worker_status' LANGUAGE C VOLATILE STRICT
 	SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+/*
+ * ---------------------------------------------------------------------
+ * Pruning: prune() and the worker's step (frameq.retention) remove whole
+ * ended jobs, with everything that names them, children first (runs,
+ * then tasks, then layers, then the job): a run record names its task
+ * (_keep_referenced refuses to delete a task a run names).
+ *
+ * A job goes only when it is finished or killed, ended before the cutoff,
+ * has no proc (a killed job's kill orders still running keep it), is no
+ * prerequisite of a job not yet finished or killed, and waits on no
+ * prerequisite job not yet finished or killed (that prerequisite's end
+ * would write the dependency's row).  What that leaves locked until the
+ * batch commits is rows nobody books or releases: bookings read only
+ * active jobs' waiting tasks, and a job with no proc has nothing to
+ * release.  Whatever could change a candidate's state (retry_frame,
+ * set_job, kill_job, depend_job, a submit naming it as a prerequisite)
+ * locks its row first: a batch locks its jobs without waiting (SKIP
+ * LOCKED) and looks at them again after, in a fresh snapshot, so that
+ * such a change either comes first and is seen, or waits and then finds
+ * the job gone.  A dispatch queue row a booking holds keeps its job for
+ * the next batch.
+ *
+ * The runs removed are added to tally ('runs_pruned' by reason), so that
+ * metrics' frameq_runs_ended_total never goes down.
+ * ---------------------------------------------------------------------
+ */
+
+/* may this job (locked or not) be pruned now? */
+CREATE FUNCTION frameq._prunable(job bigint, cutoff timestamptz) RETURNS bool
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT EXISTS (
+		SELECT 1 FROM frameq.job j
+		 WHERE j.id OPERATOR(pg_catalog.=) $1
+		   AND j.state OPERATOR(pg_catalog.=) ANY ('{finished,killed}'::text[])
+		   AND j.finished_at OPERATOR(pg_catalog.<) $2
+		   AND NOT EXISTS (SELECT 1 FROM frameq.proc p WHERE p.job OPERATOR(pg_catalog.=) j.id)
+		   AND NOT EXISTS (SELECT 1 FROM frameq.depend d
+							 JOIN frameq.job o ON o.id OPERATOR(pg_catalog.=) d.job
+							WHERE d.kind OPERATOR(pg_catalog.=) 'job'
+							  AND d.on_job OPERATOR(pg_catalog.=) j.id
+							  AND o.state OPERATOR(pg_catalog.<>) ALL ('{finished,killed}'::text[]))
+		   AND NOT EXISTS (SELECT 1 FROM frameq.depend d
+							 JOIN frameq.job o ON o.id OPERATOR(pg_catalog.=) d.on_job
+							WHERE d.kind OPERATOR(pg_catalog.=) 'job'
+							  AND d.job OPERATOR(pg_catalog.=) j.id AND NOT d.satisfied
+							  AND o.state OPERATOR(pg_catalog.<>) ALL ('{finished,killed}'::text[])))
+$$;
+
+/* add n to a tally row */
+CREATE FUNCTION frameq._tally_add(metric text, label text, n bigint) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	INSERT INTO frameq.tally AS t (metric, label, value) SELECT $1, $2, $3 WHERE $3 OPERATOR(pg_catalog.>) 0
+	ON CONFLICT (metric, label) DO UPDATE SET value = t.value OPERATOR(pg_catalog.+) excluded.value
+$$;
+
+/* remove these jobs, which are locked and prunable, and all that names them */
+CREATE FUNCTION frameq._prune_jobs(jobs bigint[]) RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	layers bigint[] := ARRAY(SELECT l.id FROM frameq.layer l WHERE l.job = ANY (jobs));
+	r record;
+	n bigint;
+BEGIN
+	FOR r IN WITH gone AS (
+				DELETE FROM frameq.run x
+				 WHERE x.frame IN (SELECT f.id FROM frameq.frame f WHERE f.layer = ANY (layers))
+				RETURNING x.reason)
+			 SELECT coalesce(g.reason, '') AS reason, count(*) AS n FROM gone g GROUP BY 1 LOOP
+		PERFORM frameq._tally_add('runs_pruned', r.reason, r.n);
+	END LOOP;
+	DELETE FROM frameq.frame_depend e
+	 WHERE e.frame IN (SELECT f.id FROM frameq.frame f WHERE f.layer = ANY (layers));
+	DELETE FROM frameq.frame_depend e
+	 WHERE e.on_frame IN (SELECT f.id FROM frameq.frame f WHERE f.layer = ANY (layers));
+	FOR r IN WITH gone AS (
+				DELETE FROM frameq.frame f WHERE f.layer = ANY (layers) RETURNING f.state)
+			 SELECT g.state, count(*) AS n FROM gone g GROUP BY 1 LOOP
+		PERFORM frameq._tally_add('frames_pruned', r.state, r.n);
+	END LOOP;
+	DELETE FROM frameq.depend d WHERE d.job = ANY (jobs);
+	DELETE FROM frameq.depend d WHERE d.kind = 'job' AND d.on_job = ANY (jobs);
+	DELETE FROM frameq.layer_limit x WHERE x.layer = ANY (layers);
+	DELETE FROM frameq.layer l WHERE l.id = ANY (layers);
+	DELETE FROM frameq.job_host_failure x WHERE x.job = ANY (jobs);
+	DELETE FROM frameq.job_limit_check x WHERE x.job = ANY (jobs);
+	DELETE FROM frameq.job_finish_check x WHERE x.job = ANY (jobs);
+	DELETE FROM frameq.job j WHERE j.id = ANY (jobs);
+	GET DIAGNOSTICS n = ROW_COUNT;
+	PERFORM frameq._tally_add('jobs_pruned', '', n);
+	RETURN n;
+END
+$$;
+
+/*
+ * One batch: up to max_jobs prunable jobs that ended before cutoff, oldest
+ * first, and, if max_tasks is given, no more jobs than hold max_tasks tasks
+ * together (but always the first: a job is never split); returns how many
+ * went.  Jobs locked by others, or whose dispatch queue rows a booking
+ * holds, are left for another batch.
+ */
+CREATE FUNCTION frameq._prune_batch(cutoff timestamptz, max_jobs int, max_tasks int DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	jobs bigint[];
+BEGIN
+	jobs := ARRAY(SELECT j.id FROM frameq.job j
+				   WHERE j.state IN ('finished', 'killed') AND j.finished_at < cutoff
+					 AND frameq._prunable(j.id, cutoff)
+				   ORDER BY j.finished_at, j.id LIMIT max_jobs
+				   FOR UPDATE OF j SKIP LOCKED);
+	/* locked: a fresh snapshot sees whatever came first */
+	jobs := ARRAY(SELECT x FROM unnest(jobs) x WHERE frameq._prunable(x, cutoff));
+	IF max_tasks IS NOT NULL THEN
+		/* the running sum only grows: the jobs kept are a prefix */
+		jobs := ARRAY(SELECT c.job FROM (
+						SELECT x.job, x.ord, sum(x.tasks) OVER (ORDER BY x.ord) AS upto
+						  FROM (SELECT u.job, u.ord,
+									   (SELECT count(*) FROM frameq.layer l
+										  JOIN frameq.frame f ON f.layer = l.id
+										 WHERE l.job = u.job) AS tasks
+								  FROM unnest(jobs) WITH ORDINALITY u(job, ord)) x) c
+					   WHERE c.ord = 1 OR c.upto <= max_tasks
+					   ORDER BY c.ord);
+	END IF;
+	DELETE FROM frameq.dispatch_queue q
+	 WHERE q.ctid = ANY (ARRAY(SELECT y.ctid FROM frameq.dispatch_queue y
+								WHERE y.job = ANY (jobs) FOR UPDATE SKIP LOCKED));
+	jobs := ARRAY(SELECT x FROM unnest(jobs) x
+				   WHERE NOT EXISTS (SELECT 1 FROM frameq.dispatch_queue q WHERE q.job = x));
+	IF cardinality(jobs) = 0 THEN
+		RETURN 0;
+	END IF;
+	RETURN frameq._prune_jobs(jobs);
+END
+$$;
+
+/*
+ * Remove the jobs that ended (finished or killed) more than finished_before
+ * ago, with their layers, tasks, runs and dependencies; returns how many
+ * jobs.  Keeps a job with a proc, a prerequisite of a job not yet ended,
+ * and a job waiting on a prerequisite not yet ended (see above).  In
+ * batches of 100 jobs, in the caller's transaction.  SECURITY DEFINER:
+ * frameq_admin may call it, and has no privilege on the tables.
+ */
+CREATE FUNCTION frameq.prune(finished_before interval) RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+	cutoff timestamptz;
+	step bigint;
+	n bigint := 0;
+BEGIN
+	IF finished_before IS NULL THEN
+		RAISE EXCEPTION 'finished_before must not be null'
+			USING ERRCODE = 'null_value_not_allowed';
+	ELSIF finished_before < interval '0' THEN
+		RAISE EXCEPTION 'finished_before must not be negative: %', finished_before
+			USING ERRCODE = 'invalid_parameter_value';
+	ELSIF finished_before > interval '100 years' THEN
+		RAISE EXCEPTION 'finished_before is past its bound of 100 years: %', finished_before
+			USING ERRCODE = 'program_limit_exceeded';
+	END IF;
+	cutoff := clock_timestamp() - finished_before;
+	LOOP
+		step := frameq._prune_batch(cutoff, 100);
+		n := n + step;
+		EXIT WHEN step = 0;
+	END LOOP;
+	/* a person's call is an action; the worker's steps (_prune_step) are not */
+	PERFORM frameq._audit('prune', NULL, NULL, NULL, NULL,
+		pg_catalog.jsonb_build_object('finished_before', finished_before::text, 'jobs', n));
+	RETURN n;
+END
+$$;
+
+/*
+ * The worker's step, while frameq.retention is set: one batch of jobs
+ * that ended more than retention seconds ago, at most max_jobs of them
+ * holding at most max_tasks tasks (or one job, if it holds more);
+ * src/worker.c paces the batches and ends a pass at a batch that removes
+ * nothing.
+ */
+CREATE FUNCTION frameq._prune_step(retention int, max_jobs int, max_tasks int) RETURNS bigint
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	SELECT frameq._prune_batch(pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-)
+							   pg_catalog.make_interval(secs => $1), $2, $3)
+$$;
+
+/*
+ * The history counts the metrics view reads (tally), refreshed by the
+ * worker about once a minute, in one statement, so in one snapshot: runs
+ * ended by reason, those still in run plus those prune() removed (the
+ * sum never goes down: a prune moves runs from one to the other in one
+ * transaction), and tasks by state; 'counted_at' says when (epoch
+ * seconds).  Counting a million rows on every scrape would cost every
+ * scrape that much; here it costs the worker one scan a minute, and no
+ * booking or release writes anything for it.  Returns the rows written.
+ */
+CREATE FUNCTION frameq._count_history() RETURNS bigint
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	WITH counted AS (
+		SELECT 'runs_ended'::text AS metric, x.reason AS label, pg_catalog.sum(x.n)::bigint AS n
+		  FROM (SELECT r.reason, pg_catalog.count(*) AS n FROM frameq.run r
+				 WHERE r.reason IS NOT NULL GROUP BY r.reason
+				UNION ALL
+				SELECT t.label, t.value FROM frameq.tally t
+				 WHERE t.metric OPERATOR(pg_catalog.=) 'runs_pruned') x
+		 GROUP BY x.reason
+		UNION ALL
+		SELECT 'frames_counted', s.state, pg_catalog.count(f.id)
+		  FROM pg_catalog.unnest('{waiting,depend,running,succeeded,dead,eaten}'::text[]) s(state)
+		  LEFT JOIN frameq.frame f ON f.state OPERATOR(pg_catalog.=) s.state
+		 GROUP BY s.state
+		UNION ALL
+		SELECT 'counted_at', '',
+			   pg_catalog.floor(EXTRACT(epoch FROM pg_catalog.clock_timestamp()))::bigint),
+	 written AS (
+		INSERT INTO frameq.tally AS t (metric, label, value)
+		SELECT c.metric, c.label, c.n FROM counted c
+		ON CONFLICT (metric, label) DO UPDATE
+		   SET value = CASE WHEN t.metric OPERATOR(pg_catalog.=) 'runs_ended'
+							THEN GREATEST(t.value, excluded.value) ELSE excluded.value END
+		RETURNING 1)
+	SELECT pg_catalog.count(*) FROM written
+$$;
+
+/*
+ * The live tasks by state (waiting, depend, running; dead), for the
+ * worker's _count_live: one scan of the partial index frame_live and one
+ * of frame_dead, their entries only.  Not in parallel: the worker's step
+ * need not take more than its one process.
+ */
+CREATE FUNCTION frameq._live_frames(OUT state text, OUT n bigint) RETURNS SETOF record
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp SET max_parallel_workers_per_gather = 0 AS $$
+	SELECT f.state, pg_catalog.count(*) FROM frameq.frame f
+	 WHERE f.state OPERATOR(pg_catalog.=) ANY ('{waiting,depend,running}'::text[]) GROUP BY f.state
+	UNION ALL
+	SELECT 'dead', pg_catalog.count(*) FROM frameq.frame f WHERE f.state OPERATOR(pg_catalog.=) 'dead'
+$$;
+
+/*
+ * The live task counts the metrics view reads (tally 'frames_live' by
+ * state: waiting, depend, running, dead, and delayed), refreshed by the
+ * worker about every 10 seconds, in one statement; 'live_counted_at' says
+ * when.  One scan of the partial indexes frame_live, frame_dead and
+ * frame_delayed (their entries only): paid once per interval, however many
+ * scrapes read the view.  Returns the rows written.
+ */
+CREATE FUNCTION frameq._count_live() RETURNS bigint
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	WITH counted AS (
+		SELECT 'frames_live'::text AS metric, s.state AS label, coalesce(x.n, 0) AS n
+		  FROM pg_catalog.unnest('{waiting,depend,running,dead}'::text[]) s(state)
+		  LEFT JOIN frameq._live_frames() x ON x.state OPERATOR(pg_catalog.=) s.state
+		UNION ALL
+		SELECT 'frames_live', 'delayed', pg_catalog.count(*) FROM frameq.frame f
+		 WHERE f.state OPERATOR(pg_catalog.=) 'waiting' AND f.not_before IS NOT NULL
+		UNION ALL
+		SELECT 'live_counted_at', '',
+			   pg_catalog.floor(EXTRACT(epoch FROM pg_catalog.clock_timestamp()))::bigint),
+	 written AS (
+		INSERT INTO frameq.tally AS t (metric, label, value)
+		SELECT c.metric, c.label, c.n FROM counted c
+		ON CONFLICT (metric, label) DO UPDATE SET value = excluded.value
+		RETURNING 1)
+	SELECT pg_catalog.count(*) FROM written
+$$;

@@ -338,6 +338,9 @@ INSERT INTO t46_calls (fn, who, code, want) VALUES
 	('actions', 't46_reader', $$SELECT * FROM frameq.actions$$, 'ok'),
 	('_frame_spec', 't46_reader', $$SELECT frame_spec FROM frameq.frames$$, 'ok'),
 	('_frame_spec', 't46_reader', $$SELECT frameq._frame_spec(7, '{7,9,11}'), frameq._frame_spec(7, '{7,3}')$$, 'ok'),
+	('metrics', 't46_reader', $$SELECT * FROM frameq.metrics$$, 'ok'),
+	/* history (0.6.0) */
+	('prune', 't46_admin', $$SELECT frameq.prune('1 day')$$, 'ok'),
 	('check', 't46_admin', $$SELECT * FROM frameq.check()$$, 'ok');
 UPDATE t46_calls SET code = format('SELECT frameq.submit(%L::jsonb)', code) WHERE fn = 'submit';
 
