@@ -1772,8 +1772,7 @@ CREATE OR REPLACE FUNCTION frameq.kill_job(job bigint, reason text) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	j frameq.job;
-	f bigint;
-	live int := 0;
+	live bigint := 0;
 BEGIN
 	PERFORM frameq._authorize_job(job);
 	PERFORM frameq._reason(reason);
@@ -1791,11 +1790,16 @@ BEGIN
 	END IF;
 	/* no new bookings from here on: the job is no longer active */
 	UPDATE frameq.job x SET state = 'killed', finished_at = clock_timestamp() WHERE x.id = j.id;
-	FOR f IN SELECT x.id FROM frameq.frame x
-			  WHERE x.job = j.id AND x.state IN ('waiting', 'depend', 'running') ORDER BY x.id LOOP
-		PERFORM frameq._frame_action(f, reason, 'dead', ARRAY['waiting', 'depend'], 'dead');
-		live := live + 1;
-	END LOOP;
+	/*
+	 * Each live task as kill_frame would, set-based as kill_frames does (a
+	 * loop of kill_frame asked after each task whether the job was done,
+	 * reading past every task it had killed: 16 minutes for a job of
+	 * 1,000,000 waiting tasks): waiting and depend ones dead at once, then
+	 * running ones kill orders.
+	 */
+	live := frameq._move_frames(frameq._bulk_tasks(j.id, NULL, ARRAY['waiting', 'depend']),
+								ARRAY['waiting', 'depend'], 'dead')
+		+ frameq._bulk_kill_orders(j.id, NULL, reason, 'dead');
 	PERFORM frameq._audit('kill_job', j.id, NULL, NULL, NULL,
 						  pg_catalog.jsonb_build_object('reason', reason, 'frames', live));
 END
