@@ -664,8 +664,35 @@ charge_frames(LayerBooking *b, int want)
 }
 
 /*
- * The claim statement's plan: frames of the layer's own size ($3: from
- * the dispatch hint on), or frames an OOM raised ($3: to that memory).
+ * The claim statement, around the condition that picks its frames.  The
+ * waiting frames are locked by an initplan and updated by primary key: no
+ * join for a generic plan to get wrong.  The initplan's row lock rechecks
+ * that each is still waiting (a row changed since the snapshot is read
+ * again, SKIP LOCKED passes rows others hold), and keeps it so until the
+ * update, so the update tests nothing more.  (It used to test state =
+ * 'waiting' again, which let the planner answer it with a bitmap of the
+ * whole frame_waiting index, every waiting frame of the farm: 2.3 ms a
+ * claim with 58,000 waiting, in item 2a.)  A chunked task (numbers not
+ * NULL) also returns its last number and its spec; an unchunked one pays
+ * for two NULL tests only.
+ */
+#define CLAIM_SQL(pick) \
+	"UPDATE frameq.frame" \
+	"   SET state = 'running', version = version + 1, attempts = attempts + 1" \
+	" WHERE id = ANY (ARRAY(SELECT id FROM frameq.frame" \
+	"         WHERE layer = $1 AND state = 'waiting' AND not_before IS NULL AND " pick \
+	"         ORDER BY number LIMIT $2" \
+	"           FOR UPDATE SKIP LOCKED))" \
+	" RETURNING id, number, numbers[pg_catalog.cardinality(numbers)]," \
+	"   CASE WHEN numbers IS NOT NULL THEN frameq._frame_spec(number, numbers) END"
+
+/*
+ * The claim's plan: frames of the layer's own size, from the dispatch hint
+ * on ($3), or frames an OOM raised to that memory ($3).  not_before IS
+ * NULL and the memory test are the predicates of frame_waiting and
+ * frame_raised: a delayed task is never read (one delayed since the
+ * snapshot fails the row lock's recheck), nor is a raised one by the
+ * layer's own claim.
  */
 static SPIPlanPtr
 claim_plan(bool raised)
@@ -673,62 +700,19 @@ claim_plan(bool raised)
 	static SPIPlanPtr plan = NULL;
 	static SPIPlanPtr raised_plan = NULL;
 
-	if (raised)
+	if (raised && raised_plan == NULL)
 	{
-		if (raised_plan == NULL)
-		{
-			Oid			types[3] = {INT8OID, INT4OID, INT8OID};
+		Oid			types[3] = {INT8OID, INT4OID, INT8OID};
 
-			/* as below, from frame_raised: no hint, few tasks */
-			raised_plan = frameq_prepare("UPDATE frameq.frame"
-										 "   SET state = 'running', version = version + 1,"
-										 "       attempts = attempts + 1"
-										 " WHERE id = ANY (ARRAY(SELECT id FROM frameq.frame"
-										 "         WHERE layer = $1 AND state = 'waiting' AND not_before IS NULL"
-										 "           AND memory = $3"
-										 "         ORDER BY number LIMIT $2"
-										 "           FOR UPDATE SKIP LOCKED))"
-										 " RETURNING id, number, numbers[pg_catalog.cardinality(numbers)],"
-										 "   CASE WHEN numbers IS NOT NULL"
-										 "        THEN frameq._frame_spec(number, numbers) END",
-										 3, types);
-		}
-		return raised_plan;
+		raised_plan = frameq_prepare(CLAIM_SQL("memory = $3"), 3, types);
 	}
-	if (plan == NULL)
+	if (!raised && plan == NULL)
 	{
 		Oid			types[3] = {INT8OID, INT4OID, INT4OID};
 
-		/*
-		 * The waiting frames are locked by an initplan and updated by
-		 * primary key: no join for a generic plan to get wrong.  The
-		 * initplan's row lock rechecks that each is still waiting (a row
-		 * changed since the snapshot is read again, SKIP LOCKED passes rows
-		 * others hold), and keeps it so until the update, so the update
-		 * tests nothing more.  (It used to test state = 'waiting' again,
-		 * which let the planner answer it with a bitmap of the whole
-		 * frame_waiting index, every waiting frame of the farm: 2.3 ms a
-		 * claim with 58,000 waiting, in item 2a.)  not_before IS NULL and
-		 * memory IS NULL are the index's predicate: a delayed task, or one
-		 * an OOM raised, is never read, and one delayed since the snapshot
-		 * fails the row lock's recheck.  A chunked task (numbers not NULL)
-		 * also returns its last number and its spec; an unchunked one pays
-		 * for two NULL tests only.
-		 */
-		plan = frameq_prepare("UPDATE frameq.frame"
-							  "   SET state = 'running', version = version + 1,"
-							  "       attempts = attempts + 1"
-							  " WHERE id = ANY (ARRAY(SELECT id FROM frameq.frame"
-							  "         WHERE layer = $1 AND state = 'waiting' AND not_before IS NULL"
-							  "           AND memory IS NULL AND number >= $3"
-							  "         ORDER BY number LIMIT $2"
-							  "           FOR UPDATE SKIP LOCKED))"
-							  " RETURNING id, number, numbers[pg_catalog.cardinality(numbers)],"
-							  "   CASE WHEN numbers IS NOT NULL"
-							  "        THEN frameq._frame_spec(number, numbers) END",
-							  3, types);
+		plan = frameq_prepare(CLAIM_SQL("memory IS NULL AND number >= $3"), 3, types);
 	}
-	return plan;
+	return raised ? raised_plan : plan;
 }
 
 /*

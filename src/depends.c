@@ -370,7 +370,13 @@ queue_layer(int64 layer)
 		elog(ERROR, "frameq: queueing layer %lld failed", (long long) layer);
 }
 
-/* a task raised to this memory by an OOM retry: its own size's row */
+/*
+ * A task raised to this memory by an OOM retry: its own size's row.  Not
+ * folded into queue_layer: that one's call is also right for a schema
+ * before 0.6.0 (whose _queue_layers takes the layers only), which this
+ * library's triggers meet until ALTER EXTENSION UPDATE; a raised task
+ * exists only from 0.6.0.
+ */
 static void
 queue_raised(int64 layer, int64 memory)
 {
