@@ -134,11 +134,9 @@ echo "ok: the scripted farm: 4 jobs, 3 hosts, 4 failed runs"
 top() { tools/frameq-top "user=top_watch" "$@"; }
 top --once --width 120 > "$FRAMEQ_TEST_TMP/screen" 2> "$FRAMEQ_TEST_TMP/err" ||
 	{ cat "$FRAMEQ_TEST_TMP/err"; echo "not ok: frameq-top --once failed as frameq_reader"; exit 1; }
-echo "--- the screen (120 columns) ---"
-cat "$FRAMEQ_TEST_TMP/screen"
-echo "---"
-
-$PY - "$FRAMEQ_TEST_TMP" <<'PY'
+# the checks first, so that a failure's lines come first in the output
+# (which a CI log may cut); the screen after them, if one failed
+if ! $PY - "$FRAMEQ_TEST_TMP" <<'PY'
 import re, sys
 from fqtest import fail, finish, ok
 
@@ -234,6 +232,12 @@ for got, (reason, job, frame, host, tail) in zip(fl, want):
         ok("failure: %s %s frame %s on %s" % (reason, job, frame, host))
 finish()
 PY
+then
+	echo "--- the screen (120 columns) ---"
+	cat "$FRAMEQ_TEST_TMP/screen"
+	echo "---"
+	exit 1
+fi
 
 # a narrow screen: every line fits, the bar is left out, the counts stay
 top --once --width 60 > "$FRAMEQ_TEST_TMP/narrow"
@@ -275,39 +279,64 @@ fi
 	{ cat "$FRAMEQ_TEST_TMP/bad"; echo "not ok: a missing database: exit $rc"; exit 1; }
 echo "ok: a database it cannot read: exit 2 with the server's message"
 
-# interactive, under a pty: it draws the farm, and q (then Ctrl-C) ends it
-# with status 0 (what script(1) forwards after the key is only an end of
-# input, which the program ignores: without the key, timeout ends it, 124)
+# interactive, under a pty.  Each step waits for what it needs (a drawn
+# header in the typescript, a session in pg_stat_activity) rather than for
+# a fixed time, so a slow start cannot send a key to a program that has not
+# yet taken the terminal; each wait gives up after 15 s and fails the test.
+# until_true SECONDS COMMAND...: run COMMAND every 0.1 s until it succeeds
+until_true() {
+	local deadline=$((SECONDS + $1))
+	shift
+	until "$@"; do
+		(( SECONDS < deadline )) || return 1
+		sleep 0.1
+	done
+}
+drawn() { grep -aq 'procs: 4  top_watch@local' "$1" 2>/dev/null; }
+# the end of a typescript, printable characters only, for a failure
+show_tty() { echo "--- the end of $1 ---"; tr -cd '[:print:]\n' < "$1" | tail -c 1500; echo; }
+top_sessions() {
+	q -c "SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity
+	       WHERE application_name = 'frameq-top' AND usename = 'top_watch'"
+}
+
+# it draws the farm, and q (then Ctrl-C) ends it with status 0 (what
+# script(1) forwards after the key is only an end of input, which the
+# program ignores: without the key, timeout ends it, 124)
 for key in q $'\003'; do
 	name=$([[ $key == q ]] && echo q || echo Ctrl-C)
+	tty="$FRAMEQ_TEST_TMP/tty.$name"
 	rc=0
-	{ sleep 2; printf '%s' "$key"; sleep 5; } |
-		TERM=xterm COLUMNS=120 LINES=40 timeout 20 \
-		script -qfec "tools/frameq-top user=top_watch" "$FRAMEQ_TEST_TMP/tty.$name" >/dev/null || rc=$?
-	(( rc == 0 )) || { echo "not ok: interactive, $name: exit status $rc"; exit 1; }
-	grep -aq 'procs: 4  top_watch@local' "$FRAMEQ_TEST_TMP/tty.$name" &&
-		grep -aq 'shot010_render' "$FRAMEQ_TEST_TMP/tty.$name" ||
-		{ echo "not ok: interactive, $name: no header or jobs drawn"; exit 1; }
+	{ until_true 15 drawn "$tty" || echo "header never drawn" > "$tty.late"; printf '%s' "$key"; sleep 3; } |
+		TERM=xterm COLUMNS=120 LINES=40 timeout 30 \
+		script -qfec "tools/frameq-top user=top_watch" "$tty" >/dev/null || rc=$?
+	[[ ! -e $tty.late ]] || { echo "not ok: interactive, $name: no header drawn in 15 s"; show_tty "$tty"; exit 1; }
+	(( rc == 0 )) || { echo "not ok: interactive, $name: exit status $rc"; show_tty "$tty"; exit 1; }
+	grep -aq 'shot010_render' "$tty" ||
+		{ echo "not ok: interactive, $name: no jobs drawn"; show_tty "$tty"; exit 1; }
 	echo "ok: interactive: drew the header and the jobs, $name ended it with status 0"
 done
 
 # interactive, its session ended under it: it says so, connects again at
-# the next refresh, and q still ends it
+# the next refresh (a session of another pid), and q still ends it
 rc=0
+tty="$FRAMEQ_TEST_TMP/tty.lost"
 {
-	sleep 2
+	until_true 15 drawn "$tty"
+	first=$(top_sessions)
 	q -c "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'frameq-top'" \
 		> "$FRAMEQ_TEST_TMP/lost.killed"
-	sleep 2.5
-	q -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'frameq-top' AND usename = 'top_watch'" \
-		> "$FRAMEQ_TEST_TMP/lost.again"
+	again() { local now; now=$(top_sessions); [[ -n $now && $now != "$first" ]]; }
+	until_true 15 again
+	top_sessions | tr ',' '\n' | grep -c . > "$FRAMEQ_TEST_TMP/lost.again"
+	until_true 15 grep -aq 'cannot read the farm (retrying every' "$tty"
 	printf q
-	sleep 5
-} | TERM=xterm COLUMNS=120 LINES=40 timeout 20 \
-	script -qfec "tools/frameq-top user=top_watch" "$FRAMEQ_TEST_TMP/tty.lost" >/dev/null || rc=$?
+	sleep 3
+} | TERM=xterm COLUMNS=120 LINES=40 timeout 60 \
+	script -qfec "tools/frameq-top user=top_watch" "$tty" >/dev/null || rc=$?
 [[ $rc == 0 && $(cat "$FRAMEQ_TEST_TMP/lost.killed") == 1 && $(cat "$FRAMEQ_TEST_TMP/lost.again") == 1 ]] ||
-	{ echo "not ok: a lost session: exit $rc, $(cat "$FRAMEQ_TEST_TMP/lost.killed") ended, $(cat "$FRAMEQ_TEST_TMP/lost.again") after"; exit 1; }
-grep -aq 'cannot read the farm (retrying every' "$FRAMEQ_TEST_TMP/tty.lost" ||
+	{ echo "not ok: a lost session: exit $rc, $(cat "$FRAMEQ_TEST_TMP/lost.killed") ended, $(cat "$FRAMEQ_TEST_TMP/lost.again") after"; show_tty "$tty"; exit 1; }
+grep -aq 'cannot read the farm (retrying every' "$tty" ||
 	{ echo "not ok: a lost session was not shown"; exit 1; }
 echo "ok: interactive: a lost session is shown, and it connects again"
 
