@@ -5,7 +5,7 @@
 # loses").
 #
 # The primary (port 54700, its WAL archived with archive_command; lease
-# 10 s, margin 1 s, drift 5 %: a lease period of 11.5 s; the test
+# 20 s, margin 1 s, drift 5 %: a lease period of 22 s; the test
 # clusters' frameq.quarantine = off, as its own start is not under test)
 # has a base backup taken (pg_basebackup), then four hosts do some work,
 # the recovery target T (a time and an LSN) is read, and they do more:
@@ -21,25 +21,34 @@
 # The hosts are agents reduced to their calls, with the agent's rules for
 # their renders' lives (agent/README.md): a render may live until its
 # supervisor's lease deadline (the send time of the last successful renewal
-# + lease_ttl - kill grace) and a kill grace (3 s) after it, or a kill
+# + lease_ttl - kill grace) and a kill grace (5 s) after it, or a kill
 # grace after a kill order or an FQ001/FQ002 answer (the agent then kills
 # all and attaches again); the test finds a double run where a render
 # started before another render of its frame surely, or possibly, ended.
 #
-# Two restores of the base backup recover from the archive and pause at T
-# while the primary still runs: "off" (54701) to the LSN (exclusive), with
-# frameq.quarantine = off, and "on" (54702) to the time, with
-# frameq.quarantine = on (the default).  Paused, each holds the farm
-# exactly as it was at T (frames, procs, host epochs), no frameq worker
-# runs, worker_status().started is false and reserve fails read-only
-# (25006).  The hosts renew their leases on the primary a last time, and it
-# stops.  Each restore then goes on from the hosts' state at that moment:
+# Three restores of the base backup recover from the archive and pause at
+# T while the primary still runs: "off" (54701) to the LSN (exclusive),
+# with frameq.quarantine = off; "short" (54703) and "on" (54702) to the
+# time, with frameq.quarantine = on (the default), "short" with a
+# frameq.lease_ttl of 2 s.  Paused, each holds the farm exactly as it was
+# at T (frames, procs, host epochs), no frameq worker runs,
+# worker_status().started is false and reserve fails read-only (25006).
+# The hosts renew their leases on the primary a last time, and it stops.
+# Each restore then goes on from the hosts' state at that moment:
 #
-# "off", the negative control, is promoted (pg_promote()); the spare host
+# "off", a negative control, is promoted (pg_promote()); the spare host
 # books the 9 frames waiting at T, 3 of which (4, 6 and 7) are still
 # rendering on their hosts: the check finds exactly those 3 double runs,
 # which it must (the check can fail, and a restore without the quarantine
 # runs work twice).
+#
+# "short", the other, is resumed (pg_wal_replay_resume()); its quarantine
+# lasts its own lease period (3.1 s), shorter than the 20 s lease the
+# agents hold, and once it is over the spare host books the same frames,
+# and the same 3 run twice at once (and frame 2 too, if the restore has
+# expired the hosts' leases by then: it books frames 1 to 3 then): the
+# restored lease settings matter (doc/reliability.md, the operator's
+# steps).
 #
 # "on" ends its recovery with pg_wal_replay_resume(): the quarantine
 # starts then (after the resume, not at the server's start), for one lease
@@ -75,7 +84,7 @@ chmod 700 "$PITR_DIR"
 
 conf=$(printf "archive_mode = on\narchive_command = 'test ! -f %s/archive/%%f && cp %%p %s/archive/%%f'\n%s" \
 	"$PITR_DIR" "$PITR_DIR" \
-	$'frameq.lease_ttl = 10s\nframeq.lease_margin = 1s\nframeq.clock_drift = 0.05\nlog_min_messages = log')
+	$'frameq.lease_ttl = 20s\nframeq.lease_margin = 1s\nframeq.clock_drift = 0.05\nlog_min_messages = log')
 own_cluster 54700 "$conf"
 
 restore_ctl() {
@@ -84,7 +93,7 @@ restore_ctl() {
 	(cd "$d" && runuser -u postgres -- "$FRAMEQ_PGBIN/pg_ctl" -D "$d/data" -l "$d/server.log" "$@")
 }
 
-# make_restore NAME PORT SETTING TARGET QUARANTINE: the base backup,
+# make_restore NAME PORT SETTING TARGET QUARANTINE [CONF]: the base backup,
 # recovering from the archive up to TARGET (SETTING: recovery_target_time or
 # recovery_target_lsn, the latter exclusive), where it pauses; started
 make_restore() {
@@ -101,6 +110,7 @@ $3 = '$4'
 recovery_target_inclusive = $([[ $3 == recovery_target_lsn ]] && echo off || echo on)
 recovery_target_action = 'pause'
 frameq.quarantine = $5
+${6:-}
 CONF
 	touch "$d/data/recovery.signal"
 	chown -R postgres: "$d"
@@ -110,7 +120,7 @@ export -f restore_ctl make_restore
 
 cleanup() {
 	local r
-	for r in off on; do
+	for r in off short on; do
 		if [[ -f $PITR_DIR/$r/data/postmaster.pid ]]; then
 			restore_ctl "$r" -w -m immediate stop >/dev/null 2>&1 || true
 		fi
@@ -130,9 +140,9 @@ import psycopg2
 import fqtest
 from fqtest import bail, check_clean, cluster_lib, create_farm, fail, finish, ok, queries, register, submit, wait_for
 
-TTL = 10.0
+TTL = 20.0
 PERIOD = TTL * 1.05 + 1.0
-GRACE = 3.0             # the agent's --kill-grace (at most a third of the ttl)
+GRACE = 5.0             # the agent's default --kill-grace (at most a third of the ttl)
 PITR = os.environ["PITR_DIR"]
 
 
@@ -310,13 +320,16 @@ ok("the WAL after T is archived, up to %s" % seg)
 
 # ------------------------------------------------------------ the restores, paused at T
 cluster_lib('make_restore off 54701 recovery_target_lsn %s off & a=$!; '
-            'make_restore on 54702 recovery_target_time %s on & b=$!; wait $a && wait $b'
-            % (shlex.quote(T_lsn), shlex.quote(T)))
+            'make_restore short 54703 recovery_target_time %s on "frameq.lease_ttl = 2s" & b=$!; '
+            'make_restore on 54702 recovery_target_time %s on & c=$!; wait $a && wait $b && wait $c'
+            % (shlex.quote(T_lsn), shlex.quote(T), shlex.quote(T)))
 off = connect_restore("off", 54701)
 oq, oq1 = queries(off)
+short = connect_restore("short", 54703)
+sq, sq1 = queries(short)
 on = connect_restore("on", 54702)
 nq, nq1 = queries(on)
-for name, rq, rq1 in (("off", oq, oq1), ("on", nq, nq1)):
+for name, rq, rq1 in (("off", oq, oq1), ("short", sq, sq1), ("on", nq, nq1)):
     wait_for(lambda: rq1("SELECT pg_get_wal_replay_pause_state()") == "paused", 30, 0.02,
              "restore %s: recovery did not pause at T within 30 s" % name)
     if farm(rq) != at_T:
@@ -340,28 +353,49 @@ for a in agents:
 prim.close()
 cluster_lib('_frameq_pg_ctl -w -m fast stop >/dev/null')
 t_stop = time.monotonic()
-worlds = {"off": copy.deepcopy(agents), "on": copy.deepcopy(agents)}
+worlds = {w: copy.deepcopy(agents) for w in ("off", "short", "on")}
 
-# ------------------------------------------------------------ off: the negative control
-A, S, E, B = worlds["off"]
-oq1("SELECT pg_promote()")
-if oq1("SELECT pg_is_in_recovery()"):
-    bail("restore off: still in recovery after pg_promote()")
-B.heartbeat(oq)
-got = B.reserve(oq, 16)
-certain, possible = double_runs(worlds["off"])
-print("restore off: promoted; the spare host booked %d frames %.1f s after the primary stopped" %
-      (len(got), time.monotonic() - t_stop), flush=True)
-if {f for p, f in got} != waiting_at_T:
-    fail("restore off: the spare host booked %s, wanted the frames waiting at T %s"
-         % (sorted(f for p, f in got), sorted(waiting_at_T)))
-if certain != {unknown_a, unknown_s, unknown_e} or possible != certain:
-    fail("restore off: double runs found: certainly %s, possibly %s; wanted exactly frames %s"
-         % (sorted(certain), sorted(possible), sorted({unknown_a, unknown_s, unknown_e})))
-else:
-    ok("restore off (no quarantine): %d frames run twice at once, as the check must find" % len(certain))
+# ------------------------------------------------------------ off and short: negative controls
+def books_at_once(name, rq, rq1, world, how, expiring=()):
+    """On restore name, once recovery has ended (how: "promote" or "resume")
+    and its quarantine, if any, is over, the spare host books what it can:
+    the frames waiting at T, of which the 3 booked after T and rendering
+    still run twice at once; and, if the restore has expired the leases of
+    the hosts that ran them by then, the frames in expiring too.  Returns
+    the frames run twice, or None if they are not the ones expected."""
+    B = world[3]
+    rq1("SELECT pg_promote()" if how == "promote" else "SELECT pg_wal_replay_resume() IS NULL")
+    wait_for(lambda: not rq1("SELECT pg_is_in_recovery()"), 30, 0.02,
+             "restore %s: still in recovery 30 s after the %s" % (name, how))
+    wait_for(lambda: rq1("SELECT started AND clock_timestamp() >= quarantine_until OR"
+                         "       NOT current_setting('frameq.quarantine')::bool FROM frameq.worker_status()"),
+             30, 0.02, "restore %s: its quarantine did not end within 30 s" % name)
+    B.heartbeat(rq)
+    got = B.reserve(rq, 16)
+    certain, possible = double_runs(world)
+    print("restore %s: the spare host booked %d frames %.1f s after the primary stopped" %
+          (name, len(got), time.monotonic() - t_stop), flush=True)
+    twice = {unknown_a, unknown_s, unknown_e}
+    if not waiting_at_T <= {f for p, f in got} <= waiting_at_T | set(expiring):
+        fail("restore %s: the spare host booked %s, wanted the frames waiting at T %s"
+             % (name, sorted(f for p, f in got), sorted(waiting_at_T)))
+    if not twice <= certain <= twice | {spans} or possible != certain:
+        fail("restore %s: double runs found: certainly %s, possibly %s; wanted frames %s"
+             % (name, sorted(certain), sorted(possible), sorted(twice)))
+        return None
+    return sorted(certain)
+
+twice = books_at_once("off", oq, oq1, worlds["off"], "promote")
+if twice:
+    ok("restore off (no quarantine), promoted: frames %s run twice at once, as the check must find" % twice)
 off.close()
 cluster_lib('restore_ctl off -w -m immediate stop >/dev/null')
+twice = books_at_once("short", sq, sq1, worlds["short"], "resume", (done_after, spans, silent_done))
+if twice:
+    ok("restore short (a lease_ttl of 2 s, shorter than the agents' 20 s): its quarantine ends while "
+       "they still render; frames %s run twice at once" % twice)
+short.close()
+cluster_lib('restore_ctl short -w -m immediate stop >/dev/null')
 
 A, S, E, B = worlds["on"]
 q, q1 = nq, nq1
@@ -476,7 +510,7 @@ check_clean(q, "restore on: check()")
 finish()
 PY
 if [[ $status -ne 0 ]]; then
-	for r in off on; do
+	for r in off short on; do
 		if [[ -f $PITR_DIR/$r/server.log ]]; then
 			echo "--- restore $r: server log ---"
 			grep -E 'frameq|recovery|FATAL|PANIC|ERROR' "$PITR_DIR/$r/server.log" | tail -n 20 || true
