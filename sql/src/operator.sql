@@ -439,8 +439,11 @@ DECLARE
 BEGIN
 	PERFORM frameq._authorize_job(job);
 	PERFORM frameq._reason(reason);
-	/* lock order as in complete(): the job's procs, then the job row */
-	PERFORM 1 FROM frameq.proc x WHERE x.job = kill_job.job FOR NO KEY UPDATE;
+	/*
+	 * lock order as in complete(): the job's procs, in id order (as
+	 * complete_many and _release_procs lock several), then the job row
+	 */
+	PERFORM 1 FROM frameq.proc x WHERE x.job = kill_job.job ORDER BY x.id FOR NO KEY UPDATE;
 	/* FOR UPDATE conflicts with retry_frame's SHARE lock on the job row */
 	SELECT * INTO j FROM frameq.job x WHERE x.id = frameq._not_null(kill_job.job, 'job')
 	   FOR UPDATE;
@@ -488,7 +491,9 @@ BEGIN
 	IF state IN ('down', 'repair') THEN
 		/* its work is ordered killed; the frames stay held until that is confirmed */
 		PERFORM frameq._kill_order(x.id, pg_catalog.format('host set %s', set_host_state.state), 'waiting')
-		   FROM frameq.proc x WHERE x.host = h.id AND x.state = 'running';
+		   FROM frameq.proc x WHERE x.host = h.id AND x.state = 'running'
+		 /* in id order, as complete_many locks several: it does not take the host lock */
+		 ORDER BY x.id;
 	END IF;
 	UPDATE frameq.host x SET state = set_host_state.state,
 		   down_reason = CASE WHEN set_host_state.state = 'up' THEN NULL ELSE 'operator' END
