@@ -1538,9 +1538,12 @@ BEGIN
 			 * A completion in flight may have seen these tasks still live
 			 * and left the job open: wait for every one of them (a release
 			 * deletes its proc row, which our KEY SHARE lock waits for)
-			 * before deciding whether the job is finished.
+			 * before deciding whether the job is finished.  In id order,
+			 * the order a complete_many() deletes a job's procs in: else
+			 * we could hold one it is still to delete while waiting for
+			 * one it has deleted.
 			 */
-			PERFORM 1 FROM frameq.proc x WHERE x.job = j FOR KEY SHARE;
+			PERFORM 1 FROM frameq.proc x WHERE x.job = j ORDER BY x.id FOR KEY SHARE;
 			PERFORM frameq._finish_job_if_done(j);
 		END LOOP;
 	END IF;
