@@ -1651,13 +1651,15 @@ read_batch_column(FunctionCallInfo fcinfo, BatchColumn *c, int expect)
 	if (ARR_NDIM(a) > 1)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("%s must be a one-dimensional array", c->name)));
-	get_typlenbyvalalign(c->elemtype, &typlen, &typbyval, &typalign);
-	deconstruct_array(a, c->elemtype, typlen, typbyval, typalign,
-					  &c->values, &c->nulls, &c->n);
+	/* the bound before the elements are unpacked: their copy is not free */
+	c->n = ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a));
 	if (c->n > FRAMEQ_MAX_BATCH)
 		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 						errmsg("%s has %d elements, more than %d", c->name, c->n,
 							   FRAMEQ_MAX_BATCH)));
+	get_typlenbyvalalign(c->elemtype, &typlen, &typbyval, &typalign);
+	deconstruct_array(a, c->elemtype, typlen, typbyval, typalign,
+					  &c->values, &c->nulls, &c->n);
 	if (expect >= 0 && c->n != expect)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("%s has %d elements, procs has %d", c->name, c->n, expect),
