@@ -1042,7 +1042,8 @@ send_batch(struct report_batch *b)
 	if (fault == FAULT_BEFORE)
 		return true;
 	runs_batch_stmt(b, cfg.host, token, ep, sizeof(ep), params, &st[0]);
-	if (!b->alone && b->epoch == epoch && may_book(&max_frames))
+	/* a dropped answer is the reports' fault only: it takes no booking with it */
+	if (!b->alone && fault == FAULT_NONE && b->epoch == epoch && may_book(&max_frames))
 	{
 		reserve_stmt(&rc, max_frames);
 		st[n++] = rc.st;
