@@ -455,7 +455,8 @@ extern void runs_batch_discard(struct report_batch *b, struct pg_result *res);
  * complete()'s (logged as "reported"; the run is done with), and log the
  * batch (booked: how many bookings its transaction made; -1 if it had no
  * reserve).  False if the answer is not one per report: then they all
- * stay pending, to be sent again (and answered 'duplicate').
+ * stay pending, to be sent again after a backoff (and answered
+ * 'duplicate').
  */
 extern bool runs_batch_answers(struct report_batch *b, struct pg_result *res, int booked);
 

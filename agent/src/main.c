@@ -1060,8 +1060,8 @@ send_batch(struct report_batch *b)
 	}
 	if (!db_ok(res[0]))
 	{
-		if (!lease_error(res[0]))
-			go_on = runs_batch_failed(b, res[0], "complete");
+		(void) lease_error(res[0]);
+		go_on = runs_batch_failed(b, res[0], "complete");
 	}
 	else if (n == 2 && !db_ok(res[1]))
 	{

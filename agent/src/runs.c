@@ -1110,8 +1110,12 @@ runs_batch_answers(struct report_batch *b, struct pg_result *res, int booked)
 	if (db_ntuples(res) != b->n)
 	{
 		/* not the answer complete_many gives: keep them all, send them again */
-		log_event("batch-failed", "epoch=%" PRId64 " procs=%s part=complete error=\"%d answers to %d reports\" retry_in=0s",
-				  b->epoch, b->procs, db_ntuples(res), b->n);
+		double		retry_in = 0;
+
+		for (int i = 0; i < b->n; i++)
+			retry_in = report_later(b->runs[i], lease_clock_ns());
+		log_event("batch-failed", "epoch=%" PRId64 " procs=%s part=complete error=\"%d answers to %d reports\" retry_in=%.1fs",
+				  b->epoch, b->procs, db_ntuples(res), b->n, retry_in);
 		return false;
 	}
 	for (int i = 0; i < b->n; i++)
