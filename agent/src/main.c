@@ -12,7 +12,11 @@
  *   3. run: heartbeat every third of the lease with every proc still alive
  *      here, reserve while there is room, launch each booking under a
  *      supervisor, report each end with complete(); the kill orders in the
- *      answer of an attach or heartbeat go to the supervisor at once;
+ *      answer of an attach or heartbeat go to the supervisor at once.  From
+ *      frameq 0.6.0 (FRAMEQ_BATCH) the ends that come together go in one
+ *      complete_many(), in one transaction with the reserve() of the room
+ *      they freed (send_batch: report what ended, book what fits, commit
+ *      once);
  *   4. on a lost lease (FQ001/FQ002): kill everything, wait until it is dead,
  *      attach again.
  *
