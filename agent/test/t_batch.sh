@@ -15,7 +15,9 @@
 #  3. a booking that fails rolls back the reports of its transaction, which
 #     then go again at once, alone, and are accepted (not 'duplicate': the
 #     first transaction did nothing); the frame the booking wanted is booked
-#     once the failure is gone, and runs once;
+#     once the failure is gone, and runs once; and completes that fail (a
+#     row lock held past frameq.lock_wait: 55P03) book nothing, and are
+#     sent again after a backoff and accepted, each run ended once;
 #  4. each element is answered as complete() answers it: an agent killed
 #     after its transaction committed and before it read the answer, with
 #     one render ended meanwhile on its own and one whose proc an operator
@@ -151,6 +153,32 @@ wait_for 20 "the waiting frame is booked and runs" job_finished "$je" || finish
 [[ $(q "SELECT count(*) FROM frameq.run WHERE job = $je") == 1 && $(q "SELECT sum(retries) FROM frameq.frame WHERE job IN ($jd, $je)") == 0 ]] &&
 	ok "it ran once, and no retry was used" || fail "runs of job $je: $(q "SELECT count(*) FROM frameq.run WHERE job = $je")"
 [[ $(q "SELECT count(*) FROM frameq.run WHERE proc = $pd") == 1 ]] || fail "proc $pd has several runs"
+
+# the completes fail: nothing of the transaction happened, not even its booking
+set_setting frameq.lock_wait 300ms
+jh=$(submit_job fail-complete 1-4 "$(waits go.h)") || die "submit failed"
+wait_for 20 "the four renders run" eval '[[ $(frames_in_state '"$jh"' running) == 4 ]]' || finish
+ji=$(submit_job waits-for-room 1 "echo done") || die "submit failed"
+ph=$(frame_proc "$jh" 1)
+hold_proc_lock "$ph" || finish
+lines=$(wc -l <"$T/b.log")
+touch "$T/go.h"
+wait_for 20 "a batch failed on the lock" eval 'tail -n +$((lines + 1)) "$T/b.log" | grep -q " batch-failed .*part=complete sqlstate=55P03"' || finish
+[[ $(frames_in_state "$jh" running) == 4 && $(frames_in_state "$ji" waiting) == 1 ]] &&
+	ok "completes refused (55P03): no run ended, nothing booked" ||
+	fail "after the failed batch: job $jh running $(frames_in_state "$jh" running), job $ji waiting $(frames_in_state "$ji" waiting)"
+touch "$T/unlock"
+wait "$HOLDER"
+wait_for 20 "the job finishes" job_finished "$jh" || finish
+wait_for 20 "the waiting frame runs" job_finished "$ji" || finish
+after=$(tail -n +$((lines + 1)) "$T/b.log")
+[[ $(grep -c ' reported .*answer=accepted' <<<"$after") -ge 5 ]] && ! grep -q 'answer=duplicate' <<<"$after" &&
+	ok "sent again after a backoff, the reports were accepted, none duplicate" ||
+	fail "answers: $(grep ' reported ' <<<"$after" | sed 's/.* answer=//' | sort | uniq -c | tr '\n' ' ')"
+[[ $(q "SELECT count(*) || '/' || count(DISTINCT proc) FROM frameq.run WHERE job IN ($jh, $ji)") == 5/5 &&
+	$(q "SELECT sum(retries) FROM frameq.frame WHERE job IN ($jh, $ji)") == 0 ]] &&
+	ok "each frame ran once, no retry used" || fail "runs: $(q "SELECT count(*) FROM frameq.run WHERE job IN ($jh, $ji)")"
+set_setting frameq.lock_wait 20s
 
 # ---- 4. duplicate, accepted and stale in one batch
 render_f="while [ ! -e $T/go.f.\$FRAMEQ_FRAME_NUMBER ]; do sleep 0.01; done"
