@@ -309,8 +309,15 @@ for line in sys.stdin:
         if e.get("proc") == int(sys.argv[1]):
             print(json.dumps(e, ensure_ascii=False))' "$1"
 }
-# completed PROC: the parameters of the complete() calls for PROC
-completed() { sent complete | python3 -c 'import json, sys
+# completed PROC: the parameters of the complete() calls for PROC, and of
+# PROC's element of each complete_many() call (frameq 0.6.0), in the same
+# form: [host, token, epoch, proc, exit_status, exit_signal, max_rss, oom]
+completed() { { sent complete; sent complete_many | python3 -c 'import json, sys
+for line in sys.stdin:
+    p = json.loads(line)
+    cols = [[None if v == "NULL" else v for v in a.strip("{}").split(",")] for a in p[3:]]
+    for i in range(len(cols[0])):
+        print(json.dumps(p[:3] + [c[i] for c in cols]))'; } | python3 -c 'import json, sys
 for line in sys.stdin:
     p = json.loads(line)
     if p[3] == sys.argv[1]:
