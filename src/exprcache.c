@@ -80,8 +80,13 @@ static List *retired = NIL;
 static void
 note_relcache_inval(Datum arg, Oid relid)
 {
-	if (cache != NULL &&
-		(!OidIsValid(relid) || hash_search(cache, &relid, HASH_FIND, NULL) != NULL))
+	CachedRel  *e;
+
+	if (cache == NULL || cache_stale)
+		return;
+	if (!OidIsValid(relid))
+		cache_stale = true;
+	else if ((e = hash_search(cache, &relid, HASH_FIND, NULL)) != NULL && e->ours)
 		cache_stale = true;
 }
 
