@@ -118,7 +118,8 @@ extern void resources_detect(struct resources *r);
 
 /*
  * What frameq 0.6.0 added: report_log(), where each render's output is
- * (this machine's name and the log file), told at the render's start.
+ * (this machine's name and the log file), told after the render's start
+ * (see "Log reports" below).
  */
 #define FRAMEQ_RUN_LOG "0.6.0"
 

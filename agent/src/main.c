@@ -59,8 +59,10 @@
  * 0.5.0 (FRAMEQ_REPORTS) heartbeats carry a report on each render (its idle
  * time, last output line and progress), complete() says whether a render
  * was an OOM, and bookings carry a progress pattern; older ones get the
- * calls as before.  From 0.6.0 (FRAMEQ_RUN_LOG) the agent tells, as it
- * starts renders, where each one's output goes (report_log).
+ * calls as before.  From 0.6.0 (FRAMEQ_RUN_LOG) the agent tells where each
+ * render's output goes (report_log) at the head of its next transaction
+ * of reports or of a reserve, or on its own a second after the render's
+ * start if none came (runs.c, "Log reports").
  *
  * Memory: each supervisor measures its render's tree and kills it when it
  * uses more than its booking plus the host's unbooked memory
