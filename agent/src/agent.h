@@ -527,8 +527,8 @@ extern void runs_logs_done(struct log_batch *lb, struct pg_result *res, const ch
 /*
  * The report_log statement failed (res): its log reports go again at once
  * on their own, or are dropped if they went on their own (logged
- * log-report-failed); a refused token keeps them and sets the flag
- * runs_take_token_refused reads.
+ * log-report-failed); a refused token keeps them (the caller deals with
+ * the token).
  */
 extern void runs_logs_failed(struct log_batch *lb, struct pg_result *res);
 

@@ -1358,8 +1358,6 @@ runs_logs_failed(struct log_batch *lb, struct pg_result *res)
 	log_event("log-report-failed", "epoch=%" PRId64 " procs=%.*s sqlstate=%s error=\"%s\" next=%s",
 			  lb->epoch, (int) strlen(lb->proc_list) - 2, lb->proc_list + 1, db_sqlstate(res), db_error(res),
 			  token ? "again-with-the-token-in-the-file" : lb->alone ? "dropped" : "again-alone");
-	if (token)
-		token_refused_flag = true;
 }
 
 bool
