@@ -377,6 +377,13 @@ extern char *runs_running_list(int64_t current_epoch);
 extern int	runs_pending_reports(void);
 
 /*
+ * Is a report of the lease held (epoch) pending that will go, in its
+ * report window, with a booking (batched: not failed before, not to go
+ * alone)?  Then that booking is the one to make (main.c, reserve_time).
+ */
+extern bool runs_reports_will_book(int64_t epoch);
+
+/*
  * Send the reports that are due.  Stops at the first connection failure.
  * Returns false if the connection failed.  drop_percent (fault injection,
  * for tests only; normally 0) drops that share of the attempts at random:

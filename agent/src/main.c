@@ -679,6 +679,15 @@ reserve_time(void)
 	/* behind on renewals: see may_book */
 	if (lease_deadline - lease_clock_ns() < SEC(lease_ttl / 6))
 		return INT64_MAX;
+
+	/*
+	 * A render ended, and its report goes within the report window with a
+	 * booking (batched): that one books the room, which the server counts
+	 * as taken until the report; a reserve of its own now would find
+	 * nothing and cost a transaction.
+	 */
+	if (speaks_batch && db_batch_taken() && runs_reports_will_book(epoch))
+		return INT64_MAX;
 	return next_reserve > launch_hold_until ? next_reserve : launch_hold_until;
 }
 

@@ -695,6 +695,15 @@ runs_pending_reports(void)
 	return n;
 }
 
+bool
+runs_reports_will_book(int64_t epoch)
+{
+	for (struct run *r = runs; r; r = r->next)
+		if (r->report && r->epoch == epoch && r->report_tries == 0 && !r->alone)
+			return true;
+	return false;
+}
+
 char *
 runs_running_list(int64_t current_epoch)
 {

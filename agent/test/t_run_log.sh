@@ -16,12 +16,23 @@
 #     complete_many (before it), which also books the next frame; 20
 #     frames, 20 transactions carrying their log reports and completes
 #     (the server logs each statement with its virtual transaction id,
-#     %v), and every run has its log.
+#     %v), no reserve of its own comes between them, and every run has its
+#     log;
+#  4. the same on four slots (40 frames): renders end apart, so a log goes
+#     with the next batch, not always its own render's: at most 40
+#     transactions carry the log reports and completes (17 in a quiet run),
+#     no log report goes on its own, and at most 2 reserves of the agent's
+#     own come between them (a render that ended has its report go, within
+#     the report window, with the booking of its room: a reserve of its own
+#     meanwhile would find the room still taken).
 #
 # With an agent that tells the logs in a call of its own after each
 # reserve (FRAMEQ_AGENT_BIN: one built before the log reports were folded
-# in), parts 1 and 3 fail: no logs-reported line, and 40 transactions, each
-# report_log apart from its complete_many.
+# in), parts 1, 3 and 4 fail: no logs-reported line, 40 transactions for
+# 20 frames, each report_log apart from its complete_many, and 15 reserves
+# of its own among 40 frames; one that folds them in but reserves on its
+# own while a report waits in its window fails part 4 (20 reserves of its
+# own, 35 transactions).
 source "$(dirname "$0")/lib.sh"
 
 start_cluster 3s
@@ -109,11 +120,31 @@ wait_for 60 "the no-op job finishes" job_finished "$jt" || finish
 	fail "runs/logs: $(q "SELECT count(*) || '/' || count(log) FROM frameq.runs WHERE job = $jt")"
 # shellcheck disable=SC2046
 got=$(python3 "$AGENT_TEST_DIR/tx_calls.py" "$FRAMEQ_LOG" $(q "SELECT proc FROM frameq.runs WHERE job = $jt"))
-[[ $got == "transactions=20 together=20 apart=0 no_log=0" ]] &&
-	ok "20 frames, 20 transactions: each report_log went with its complete_many" ||
+[[ $got == "transactions=20 together=20 apart=0 no_log=0 own_reserves=0" ]] &&
+	ok "20 frames, 20 transactions: each report_log went with its complete_many, no reserve of its own" ||
 	fail "one transaction per frame: $got"
 agent_log_has b ' log-report-failed ' && fail "a log report failed: $(grep -m1 ' log-report-failed ' "$T/b.log")"
 stop_agent b
 [[ $AGENT_RC == 0 ]] || fail "agent b exited $AGENT_RC on SIGTERM"
+
+# ---- 4. the same on four slots: renders end apart, a log goes with the next batch
+register_host c 4
+log_calls c
+start_agent c
+wait_for 10 "c attached" agent_log_has c " attached " || finish
+jt=$(submit_job no-op-4 1-40 true) || die "submit failed"
+wait_for 60 "the no-op job finishes" job_finished "$jt" || finish
+[[ $(q "SELECT count(*) || '/' || count(log) FROM frameq.runs WHERE job = $jt") == 40/40 ]] &&
+	ok "each of the 40 runs has its log" ||
+	fail "runs/logs: $(q "SELECT count(*) || '/' || count(log) FROM frameq.runs WHERE job = $jt")"
+# shellcheck disable=SC2046
+got=$(python3 "$AGENT_TEST_DIR/tx_calls.py" "$FRAMEQ_LOG" $(q "SELECT proc FROM frameq.runs WHERE job = $jt"))
+read -r ntx _ _ nolog own <<<"$(tr -c '0-9\n' ' ' <<<"$got")"
+[[ $ntx -le 40 && $nolog == 0 && $own -le 2 ]] &&
+	ok "40 frames on four slots: $ntx transactions carried their log reports and completes (at most one per frame), $own reserves of its own meanwhile" ||
+	fail "at most one transaction per frame, and no reserve of its own while reports are due: $got"
+agent_log_has c ' logs-reported .*with=alone' && fail "a log report went on its own: $(grep -m1 ' logs-reported .*with=alone' "$T/c.log")"
+stop_agent c
+[[ $AGENT_RC == 0 ]] || fail "agent c exited $AGENT_RC on SIGTERM"
 check_clean
 finish

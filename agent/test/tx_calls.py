@@ -10,11 +10,13 @@ For the given procs, counts the transactions that carried a report_log or
 a complete_many for any of them, and for each proc whether its report_log
 went in the transaction of its complete_many.  Prints one line:
 
-    transactions=N together=K apart=A no_log=L
+    transactions=N together=K apart=A no_log=L own_reserves=R
 
 together: procs whose report_log and complete_many shared one transaction;
 apart: procs whose report_log went in another transaction; no_log: procs
-with no report_log at all.  Proc arrays are the calls' fourth parameter.
+with no report_log at all; own_reserves: transactions with a reserve and no
+complete_many (reserves of the agent's own) from the first to the last of
+those N.  Proc arrays are the calls' fourth parameter.
 """
 import re
 import sys
@@ -40,11 +42,15 @@ def main():
     with open(log, encoding="utf-8", errors="replace") as f:
         lines = f.read().split("\n")
     seen = {"report_log": {}, "complete_many": {}}
+    order = []              # (line, vxid, call) of every reserve and complete_many
     for i, line in enumerate(lines):
         m = LINE.search(line)
         if not m:
             continue
         vxid, sql = m.groups()
+        for c in ("reserve", "complete_many"):
+            if "frameq.%s(" % c in sql:
+                order.append((i, vxid, c))
         call = next((c for c in seen if "frameq.%s(" % c in sql), None)
         if not call:
             continue
@@ -59,6 +65,12 @@ def main():
     for calls in seen.values():
         for vx in calls.values():
             txs |= vx
+    at = [i for i, vx, _ in order if vx in txs]
+    own = set()
+    if at:
+        ends = {vx for _, vx, c in order if c == "complete_many"}
+        own = {vx for i, vx, c in order
+               if c == "reserve" and vx not in ends and at[0] <= i <= at[-1]}
     together = apart = no_log = 0
     for proc in procs:
         logs = seen["report_log"].get(proc, set())
@@ -69,7 +81,8 @@ def main():
             together += 1
         else:
             apart += 1
-    print("transactions=%d together=%d apart=%d no_log=%d" % (len(txs), together, apart, no_log))
+    print("transactions=%d together=%d apart=%d no_log=%d own_reserves=%d"
+          % (len(txs), together, apart, no_log, len(own)))
 
 
 main()
