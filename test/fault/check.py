@@ -56,7 +56,9 @@ and "wall".
                 Kinds: agent_stop, host_freeze, agent_kill, render_kill,
                 supervisor_kill, proxy_blackhole, proxy_reset, proxy_delay,
                 drop_reports, terminate_backends, worker_kill, server_crash,
-                failover.
+                failover, ha_failover, ha_node_kill, ha_partition (the last
+                three: the failovers of a pg_auto_failover formation's
+                manager, harness.py --ha; each counts as a failover).
     fault_off   id (of an earlier fault_on; instant faults log both at once).
                 One that matches no fault_on (the harness failed to inject
                 it) is counted in stats.
@@ -379,7 +381,11 @@ DUE_SLACK = 2.0         # C5: a delayed frame is bookable this long after its po
 DELAY_EPS = 0.001       # C9: float seconds of the DB's microsecond times
 ROUND_SLACK = 1.0       # C10: the worker rounds' own time, and the round that expires a lease
 REPORT_BACKOFF = 7.0    # C10: the agent's waits after its first three failed reports (1 + 2 + 4 s)
-DB_RESTARTS = {"worker_kill", "server_crash", "failover"}
+# failover: the harness's own; ha_*: a pg_auto_failover formation's manager
+# (harness.py --ha pg_auto_failover): perform failover, the primary's node
+# killed, the primary cut from monitor and standby
+FAILOVER_KINDS = {"failover", "ha_failover", "ha_node_kill", "ha_partition"}
+DB_RESTARTS = {"worker_kill", "server_crash"} | FAILOVER_KINDS
 # C10: the faults of a host that may hold up the end of its task's run
 HOST_DELAYS = {"agent_stop", "host_freeze", "agent_kill", "proxy_blackhole", "proxy_reset",
                "proxy_delay", "drop_reports"}
@@ -757,7 +763,7 @@ class Checker:
         self.failover_windows = []
         self.failover_walls = []
         for e in self.harness:
-            if e["ev"] == "fault_on" and e["kind"] == "failover":
+            if e["ev"] == "fault_on" and e["kind"] in FAILOVER_KINDS:
                 off = next((x for x in self.harness if x["ev"] == "fault_off"
                             and x["id"] == e["id"] and x["t"] >= e["t"]), self.heal)
                 self.failover_windows.append((e["t"], off["t"]))

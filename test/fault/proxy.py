@@ -13,8 +13,9 @@ that host off, with real TCP behaviour on both sides:
     reset      abort every connection with a TCP RST, and reset new ones
     delay MS   forward each chunk MS milliseconds late, in order
 
-Usage:  proxy.py HOST:LISTEN_PORT:TARGET_PORT ...
-then lines on stdin:  "HOST MODE [MS]"; each is answered "ok" (or
+Usage:  proxy.py HOST:[LISTEN_ADDRESS:]LISTEN_PORT:TARGET_PORT ...
+(the listen address is 127.0.0.1 unless given, the target always
+127.0.0.1) then lines on stdin:  "HOST MODE [MS]"; each is answered "ok" (or
 "error ...") on stdout once it is in force.  End of input stops the proxy.
 """
 
@@ -102,7 +103,7 @@ class Conn:
                     pass
 
 
-async def serve(host, listen_port, target_port):
+async def serve(host, listen_address, listen_port, target_port):
     async def handle(cr, cw):
         if host.mode == "reset":
             hard_close(cw)
@@ -120,7 +121,7 @@ async def serve(host, listen_port, target_port):
             return
         host.conns.add(Conn(host, cr, cw, sr, sw))
 
-    return await asyncio.start_server(handle, "127.0.0.1", listen_port, reuse_address=True)
+    return await asyncio.start_server(handle, listen_address, listen_port, reuse_address=True)
 
 
 async def control(hosts):
@@ -147,9 +148,10 @@ async def main():
     hosts = {}
     servers = []
     for spec in sys.argv[1:]:
-        name, listen_port, target_port = spec.split(":")
+        name, *listen, target_port = spec.split(":")
+        address, listen_port = listen if len(listen) == 2 else ["127.0.0.1"] + listen
         host = hosts.setdefault(name, Host(name))
-        servers.append(await serve(host, int(listen_port), int(target_port)))
+        servers.append(await serve(host, address, int(listen_port), int(target_port)))
     print("ready", flush=True)
     await control(hosts)
     for s in servers:
