@@ -56,9 +56,12 @@ and "wall".
                 Kinds: agent_stop, host_freeze, agent_kill, render_kill,
                 supervisor_kill, proxy_blackhole, proxy_reset, proxy_delay,
                 drop_reports, terminate_backends, worker_kill, server_crash,
-                failover, ha_failover, ha_node_kill, ha_partition (the last
-                three: the failovers of a pg_auto_failover formation's
-                manager, harness.py --ha; each counts as a failover).
+                failover, ha_failover, ha_node_kill, ha_partition (the
+                failovers of a pg_auto_failover formation's manager,
+                harness.py --ha), promotion (under --ha, every change of
+                primary the harness saw, from the old primary's end to the
+                new one's start, whatever caused it); each of the last five
+                counts as a failover.
     fault_off   id (of an earlier fault_on; instant faults log both at once).
                 One that matches no fault_on (the harness failed to inject
                 it) is counted in stats.
@@ -383,8 +386,10 @@ ROUND_SLACK = 1.0       # C10: the worker rounds' own time, and the round that e
 REPORT_BACKOFF = 7.0    # C10: the agent's waits after its first three failed reports (1 + 2 + 4 s)
 # failover: the harness's own; ha_*: a pg_auto_failover formation's manager
 # (harness.py --ha pg_auto_failover): perform failover, the primary's node
-# killed, the primary cut from monitor and standby
-FAILOVER_KINDS = {"failover", "ha_failover", "ha_node_kill", "ha_partition"}
+# killed, the primary cut from monitor and standby; and promotion: every
+# change of primary the harness saw under a formation, whatever caused it,
+# from the old primary's end to the new one's start
+FAILOVER_KINDS = {"failover", "ha_failover", "ha_node_kill", "ha_partition", "promotion"}
 DB_RESTARTS = {"worker_kill", "server_crash"} | FAILOVER_KINDS
 # C10: the faults of a host that may hold up the end of its task's run
 HOST_DELAYS = {"agent_stop", "host_freeze", "agent_kill", "proxy_blackhole", "proxy_reset",

@@ -24,14 +24,22 @@ still reach it.
 
 The manager's timeouts are tuned down (MONITOR_SETTINGS, KEEPER_SETTINGS;
 doc/operations.md): the monitor takes a primary it cannot reach, and whose
-keeper has not reported for 12 s, for unhealthy, and promotes its standby;
-a primary that reaches neither monitor nor standby for 3 s
-(network_partition_timeout, counted once its standby's walsender has gone:
-wal_sender_timeout 2 s) demotes itself, well before that.  The monitor
-waits primary_demote_timeout (10 s) for the old primary to demote only
-counted from that node's last change of state (pg_auto_failover 2.0): a
-primary that has been one for longer is not waited for at all, so it is
-node_considered_unhealthy_timeout that must exceed the partition timeout.
+keeper has not reported for 15 s, for unhealthy, and promotes its standby;
+a primary that reaches neither monitor nor standby demotes itself before
+that: 3 s (network_partition_timeout) after its standby's walsender has
+gone (wal_sender_timeout, 5 s).  Two things about pg_auto_failover 2.0
+that these numbers allow for (doc/operations.md):
+  - the monitor waits primary_demote_timeout (10 s) for the old primary to
+    demote counted from that node's last change of state, so a primary
+    that has been one for longer is not waited for at all: it is
+    node_considered_unhealthy_timeout that must exceed the time a cut-off
+    primary takes to demote itself;
+  - a keeper counts the partition only once it has seen, with the monitor
+    already lost, its standby still connected; a walsender that is gone by
+    its first failed call to the monitor (a wal_sender_timeout shorter
+    than that call's connect timeout and a round) leaves it a primary for
+    good, so wal_sender_timeout must outlast the keeper's first failed
+    call (2 s connect timeout, a 1 s round).
 """
 
 import os
@@ -54,7 +62,7 @@ MONITOR_SETTINGS = {
     "pgautofailover.health_check_timeout": 1000,
     "pgautofailover.health_check_max_retries": 1,
     "pgautofailover.health_check_retry_delay": 500,
-    "pgautofailover.node_considered_unhealthy_timeout": 12000,
+    "pgautofailover.node_considered_unhealthy_timeout": 15000,
     "pgautofailover.primary_demote_timeout": 10000,
     "pgautofailover.startup_grace_period": 5000,
 }
@@ -80,10 +88,12 @@ max_connections = 80
 fsync = off
 track_commit_timestamp = on
 wal_keep_size = '256MB'
-# a blackholed standby must drop out of pg_stat_replication soon, or its
-# primary, cut off, would think it still had it and never demote itself
-wal_sender_timeout = '2s'
-wal_receiver_timeout = '2s'
+# a blackholed standby's walsender stays in pg_stat_replication this long:
+# long enough for a cut-off primary's keeper to see it there once the
+# monitor is lost (or it never counts the partition), short enough for it
+# to demote itself before the monitor's unhealthy timeout
+wal_sender_timeout = '5s'
+wal_receiver_timeout = '5s'
 # pg_basebackup (a new standby) waits for a checkpoint: make it prompt
 checkpoint_completion_target = 0
 log_min_messages = warning
@@ -309,10 +319,14 @@ class Formation:
 
     def set_sync(self, sync):
         """Synchronous (every node in the write quorum: the formation's
-        default) or asynchronous replication (no node in it)."""
-        for n in self.nodes:
-            self.monitor_sql("SELECT pgautofailover.set_node_replication_quorum(%s, %s, %s)",
-                             (FORMATION, n.name, sync))
+        default) or asynchronous replication (no node in it).  Only a node
+        whose setting changes is set (the primary then applies it, which
+        is a change of its state)."""
+        rows = self.monitor_sql("SELECT nodename, replicationquorum FROM pgautofailover.node")
+        for name, quorum in rows:
+            if quorum != sync:
+                self.monitor_sql("SELECT pgautofailover.set_node_replication_quorum(%s, %s, %s)",
+                                 (FORMATION, name, sync))
 
     def standby_names(self):
         return self.monitor_sql("SELECT pgautofailover.synchronous_standby_names(%s, 0)", (FORMATION,))[0][0]

@@ -116,6 +116,12 @@ WEIGHTS = {"agent_stop": 10, "host_freeze": 4, "agent_kill": 6, "render_kill": 1
            "hidden_timeout_push": 5}
 
 
+# --ha: the database's faults as often as each other (each manager's
+# failover takes the database for 10 to 40 s, the others for seconds)
+HA_WEIGHTS = dict(WEIGHTS, terminate_backends=4, worker_kill=4, server_crash=4,
+                  ha_failover=4, ha_node_kill=4, ha_partition=4)
+
+
 class History:
     def __init__(self, path):
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -382,8 +388,11 @@ class Watcher(threading.Thread):
     failover, whoever caused it: recorded in failovers with wall (and t)
     the moment the old primary was first seen not taking writes (the end
     of what it could acknowledge) and promoted_wall the moment the new one
-    was first seen taking them.  Two nodes taking writes at once is a
-    split brain: a harness error."""
+    was first seen taking them; and in the history as a fault of kind
+    promotion from the one to the other (check.py counts it as a failover,
+    the harness's fault that caused it or not), followed by a look for the
+    submissions it lost.  Two nodes taking writes at once is a split
+    brain: a harness error."""
 
     def __init__(self, h):
         super().__init__(daemon=True)
@@ -436,6 +445,11 @@ class Watcher(threading.Thread):
                        "old": self.writer, "new": name}
                 self.h.failovers.append(rec)
                 self.h.history.log("promotion", **rec)
+                fid = 1000000 + len(self.h.failovers)
+                self.h.history.log("fault_on", t=end_t, wall=end_wall, id=fid, kind="promotion",
+                                   target=None, old=self.writer, new=name)
+                self.h.history.log("fault_off", t=t, wall=wall, id=fid)
+                threading.Thread(target=self.lost_submits, args=(nodes[name],), daemon=True).start()
                 say("  promotion: %s -> %s" % (self.writer, name))
                 with self.changed:
                     self.writer, self.first_not = name, None
@@ -446,6 +460,13 @@ class Watcher(threading.Thread):
             time.sleep(0.25)
         for c in self.conns.values():
             c.close()
+
+    def lost_submits(self, new):
+        try:
+            with self.h.submit_lock:
+                self.h.lost_submits(new)
+        except Exception:
+            self.h.errors.append("after a promotion: " + traceback.format_exc())
 
     def wait_for_new(self, old, timeout=120):
         """Until a node other than old takes writes."""
@@ -760,7 +781,8 @@ class Harness:
                 return None
             queue.remove(kind)
         else:
-            kind = self.rng.choices(self.kinds, [WEIGHTS[k] for k in self.kinds])[0]
+            weights = HA_WEIGHTS if self.formation else WEIGHTS
+            kind = self.rng.choices(self.kinds, [weights[k] for k in self.kinds])[0]
             if (kind not in UNTARGETED and not free_hosts) or (kind in UNTARGETED and not db_free):
                 return None
         target = self.rng.choice(free_hosts) if kind not in UNTARGETED else None
@@ -1035,6 +1057,9 @@ class Harness:
                 self.primary.stop_postgres_immediate()
                 self.sql("SELECT 1", timeout=120)
                 self.lost_submits(self.primary)
+            # the monitor may fail over for it (the keeper reports postgres
+            # down): the fault lasts until the formation has settled
+            self.formation.wait_states(checkpoint=self.checkpoint)
             self.off(fid)
             return
         self.on(fid, "server_crash", None, server=self.primary.name, down_seconds=round(d, 2))
