@@ -18,10 +18,12 @@ runs given:
     cut, the `perform failover` command) to the promotion, and to the
     first booking on the new primary, as multiples of frameq.lease_ttl
     (p50, p99, max);
-  - the lease and the quarantine across each failover: runs the new
-    primary released for a lost lease (host_lost) before its quarantine
-    had ended (must be none), and the earliest booking after a promotion,
-    from the promotion (never less than the quarantine).
+  - the lease and the quarantine across each failover: the new primary's
+    frameq worker starts (its server log) at the promotion itself, while
+    pg_auto_failover may keep the node read-only until it confirms the
+    old primary is gone; from that start, the first booking (never before
+    the quarantine's end), and the runs released for a lost lease
+    (host_lost) before the quarantine's end (must be none).
 """
 
 import collections
@@ -32,6 +34,7 @@ import sys
 
 sys.dont_write_bytecode = True
 import check  # noqa: E402
+import dblog  # noqa: E402
 
 LOSS_WINDOW = check.LOSS_WINDOW
 HA_KINDS = ("ha_failover", "ha_node_kill", "ha_partition")
@@ -50,7 +53,6 @@ def one_run(outdir, acc):
     hist = [json.loads(line) for line in open(os.path.join(outdir, "history", "harness.jsonl"))]
     final = json.load(open(os.path.join(outdir, "final.json")))
     ttl = final["params"]["ttl"]
-    quarantine = final["params"]["quarantine"]
     acc["ttl"] = ttl
     for k, n in final["faults"].items():
         acc["faults"][k] += n
@@ -98,18 +100,34 @@ def one_run(outdir, acc):
             if before:
                 before[-1]["submits"] += 1
 
+    # each server's frameq worker starts: (DB wall, quarantine seconds)
+    worker_starts = {}
+    for node in ("a", "b"):
+        path = os.path.join(outdir, "pg", node, "server.log")
+        if os.path.exists(path):
+            worker_starts[node] = [(r.t, float(m.group(1) or 0)) for r in dblog.read_records(path)
+                                   for m in [dblog.WORKER_STARTED.match(r.text)] if m]
     starts = sorted(((r["started_at"], r) for r in final["runs"]), key=lambda sr: sr[0])
     for f in fos:
         p = f["p"]
         mode = {True: "sync", False: "async", None: "unknown"}[f["sync"]]
         acc["lost"][mode].append((f["acks"], f["submits"]))
         first = next((s for s, _ in starts if s >= p["promoted_wall"]), None)
-        if first is not None:
-            acc["first_after_promotion"].append(first - p["promoted_wall"])
-        early = [r for _, r in starts
-                 if r["reason"] == "host_lost" and r["ended_at"] is not None
-                 and p["promoted_wall"] <= r["ended_at"] < p["promoted_wall"] + quarantine]
-        acc["released_in_quarantine"] += len(early)
+        ws = [w for w in worker_starts.get(p["new"], []) if w[0] <= p["promoted_wall"] + 0.5]
+        if ws:
+            w0, period = ws[-1]
+            acc["read_only_after_start"].append(p["promoted_wall"] - w0)
+            booked = next((s for s, _ in starts if s >= w0), None)
+            if booked is not None:
+                acc["first_after_start"].append(booked - w0)
+                acc["quarantine"] = period
+            early = [r for _, r in starts
+                     if r["reason"] == "host_lost" and r["ended_at"] is not None
+                     and w0 <= r["ended_at"] < w0 + period]
+            acc["released_in_quarantine"] += len(early)
+            acc["released_after"].extend(r["ended_at"] - w0 for _, r in starts
+                                         if r["reason"] == "host_lost" and r["ended_at"] is not None
+                                         and w0 <= r["ended_at"] < w0 + 60)
         if f["cause"] and f["cause"]["kind"] in HA_KINDS and first is not None:
             death = f["cause"]["wall"]
             acc["death_to_promotion"][f["cause"]["kind"]].append(p["promoted_wall"] - death)
@@ -127,7 +145,8 @@ def show(name, xs, ttl):
 def main():
     acc = {"faults": collections.Counter(), "by_cause": collections.Counter(),
            "lost": collections.defaultdict(list), "acks_unexplained": 0,
-           "first_after_promotion": [], "released_in_quarantine": 0,
+           "first_after_start": [], "read_only_after_start": [], "released_after": [],
+           "released_in_quarantine": 0, "quarantine": None,
            "death_to_promotion": collections.defaultdict(list),
            "death_to_booking": collections.defaultdict(list), "runs": 0, "ttl": 3.0}
     for d in sys.argv[1:]:
@@ -152,8 +171,13 @@ def main():
         print(show("death to first booking, " + kind, acc["death_to_booking"][kind], ttl))
     both = [x for k in HA_KINDS for x in acc["death_to_booking"][k]]
     print(show("death to first booking, all", both, ttl))
-    print(show("promotion to first booking (the quarantine)", acc["first_after_promotion"], ttl))
-    print("runs released for a lost lease within a quarantine after a promotion: %d"
+    print(show("new primary's worker start to read-write (the manager's confirmation)",
+               acc["read_only_after_start"], ttl))
+    print("quarantine: %s s" % acc["quarantine"])
+    print(show("new primary's worker start to its first booking", acc["first_after_start"], ttl))
+    print(show("new primary's worker start to its releases for a lost lease (within 60 s)",
+               acc["released_after"], ttl))
+    print("runs released for a lost lease within the quarantine after a promotion: %d"
           % acc["released_in_quarantine"])
 
 
