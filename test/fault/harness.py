@@ -1090,7 +1090,11 @@ class Harness:
         deadline = time.monotonic() + 60
         while True:
             names = self.direct(self.primary, "SHOW synchronous_standby_names")[0][0]
-            if bool(names) == sync and f.healthy(f.states()):
+            # and the standby streaming: a keeper counts a partition only
+            # if it saw its standby once the monitor was lost (formation.py)
+            streaming = self.direct(self.primary, "SELECT count(*) FROM pg_stat_replication "
+                                                  "WHERE state = 'streaming'")[0][0]
+            if bool(names) == sync and streaming and f.healthy(f.states()):
                 return sync, names
             if time.monotonic() > deadline:
                 raise RuntimeError("replication not %s after 60 s (%r)" % ("sync" if sync else "async", names))
@@ -1130,14 +1134,19 @@ class Harness:
         self.ha_fault(fid, "ha_node_kill", d, x, lambda old: old.kill(), after)
 
     def fault_ha_partition(self, fid, h, d, x):
-        def cut(old, mode):
-            self.proxy.set("link-" + old.name, mode)
-            self.proxy.set("mon-" + old.name, mode)
+        """The primary cut from the monitor and the standby (not from the
+        agents): its link (the monitor's health checks, the standby's
+        replication) blackholed, its keeper's link to the monitor cut (its
+        calls in flight fail, as tcp_user_timeout would make them: see
+        proxy.py; new ones hang)."""
+        def cut(old, link, mon):
+            self.proxy.set("link-" + old.name, link)
+            self.proxy.set("mon-" + old.name, mon)
 
         def after(old):
             time.sleep(d)
-            cut(old, "pass")
-        self.ha_fault(fid, "ha_partition", d, x, lambda old: cut(old, "blackhole"), after)
+            cut(old, "pass", "pass")
+        self.ha_fault(fid, "ha_partition", d, x, lambda old: cut(old, "blackhole", "cut"), after)
 
     def fault_failover(self, fid, h, d, x):
         old, new = self.primary, self.standby
