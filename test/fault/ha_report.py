@@ -73,6 +73,15 @@ def one_run(outdir, acc):
             if on["t"] <= p["promoted_t"] <= off["t"]:
                 cause = on
                 break
+        if cause is None:
+            # else the database's fault that came last before it, within 30 s
+            # (the monitor acts on a crash a few seconds after it ended)
+            before = [on for on in ons.values()
+                      if on["kind"] in ("server_crash", "worker_kill", "terminate_backends")
+                      and p["t"] - 30 <= on["t"] <= p["promoted_t"]]
+            if before:
+                cause = dict(max(before, key=lambda on: on["t"]))
+                cause["kind"] += " (before it)"
         fos.append({"p": p, "cause": cause,
                     "sync": cause.get("sync") if cause else None,
                     "acks": 0, "submits": 0})
@@ -112,6 +121,7 @@ def one_run(outdir, acc):
         p = f["p"]
         mode = {True: "sync", False: "async", None: "unknown"}[f["sync"]]
         acc["lost"][mode].append((f["acks"], f["submits"]))
+        acc["lost_by"][(f["cause"]["kind"] if f["cause"] else "none", mode)].append(f["acks"])
         first = next((s for s, _ in starts if s >= p["promoted_wall"]), None)
         ws = [w for w in worker_starts.get(p["new"], []) if w[0] <= p["promoted_wall"] + 0.5]
         if ws:
@@ -145,6 +155,7 @@ def show(name, xs, ttl):
 def main():
     acc = {"faults": collections.Counter(), "by_cause": collections.Counter(),
            "lost": collections.defaultdict(list), "acks_unexplained": 0,
+           "lost_by": collections.defaultdict(list),
            "first_after_start": [], "read_only_after_start": [], "released_after": [],
            "released_in_quarantine": 0, "quarantine": None,
            "death_to_promotion": collections.defaultdict(list),
@@ -164,6 +175,8 @@ def main():
               "mean %.2f; failovers losing any %d; submissions lost %d"
               % (mode, len(xs), sum(acks), max(acks), statistics.mean(acks),
                  sum(1 for a in acks if a), sum(subs)))
+    for (kind, mode), acks in sorted(acc["lost_by"].items()):
+        print("  %s, %s: %d failovers, accepted reports lost %s" % (kind, mode, len(acks), acks))
     print("accepted reports lost with no failover within %d s after them: %d"
           % (LOSS_WINDOW, acc["acks_unexplained"]))
     for kind in HA_KINDS:
