@@ -18,9 +18,9 @@ proxies (proxy.py), so that the harness can cut a node off:
   - a node's keeper reaches the monitor through its own "monitor link"
     proxy, 127.0.0.1:BASE+3 (a) or BASE+4 (b).
 
-Blackholing both of a node's proxies cuts it from the monitor and the
-standby; the agents' own proxies go straight to 127.0.0.1, so the agents
-still reach it.
+Blackholing a node's link and cutting its monitor link (proxy.py's modes)
+cuts it from the monitor and the standby; the agents' own proxies go
+straight to 127.0.0.1, so the agents still reach it.
 
 The manager's timeouts are tuned down (MONITOR_SETTINGS, KEEPER_SETTINGS;
 doc/operations.md): the monitor takes a primary it cannot reach, and whose
