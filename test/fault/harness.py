@@ -836,6 +836,9 @@ class Harness:
     def run_fault(self, fid, kind, target, duration, x):
         self.faults[kind] = self.faults.get(kind, 0) + 1
         try:
+            if self.formation and kind in HA_DB_KINDS:
+                # the database's faults begin on a settled formation
+                self.formation.wait_states(checkpoint=self.checkpoint)
             getattr(self, "fault_" + kind)(fid, target, duration, x)
         except Exception:
             self.errors.append("fault %s on %s: %s" % (kind, target, traceback.format_exc()))
@@ -1022,9 +1025,24 @@ class Harness:
         finally:
             conn.close()
 
+    def on_primary(self, query):
+        """direct() on the primary; under a formation, the primary as the
+        watcher knows it, retried while the manager moves it (a failover
+        the monitor decided on after a crash may still be under way)."""
+        if not self.formation:
+            return self.direct(self.primary, query)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                return self.direct(self.primary, query)
+            except psycopg2.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+
     def fault_terminate_backends(self, fid, h, d, x):
         self.on(fid, "terminate_backends", None)
-        n = self.direct(self.primary, """
+        n = self.on_primary("""
             SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
             WHERE datname = 'fq' AND backend_type = 'client backend' AND pid <> pg_backend_pid()
               AND application_name NOT LIKE 'fqh-harness%'""")[0][0]
@@ -1032,11 +1050,14 @@ class Harness:
         self.off(fid)
 
     def fault_worker_kill(self, fid, h, d, x):
-        rows = self.direct(self.primary, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'frameq worker'")
+        rows = self.on_primary("SELECT pid FROM pg_stat_activity WHERE backend_type = 'frameq worker'")
         self.on(fid, "worker_kill", None, pid=rows[0][0] if rows else None)
         if rows:
             signal_pid(rows[0][0], signal.SIGKILL)
-        self.wait_accepting(self.primary)
+        if self.formation:
+            self.sql("SELECT 1", timeout=120)   # whichever node the manager left primary
+        else:
+            self.wait_accepting(self.primary)
         self.off(fid)
 
     def wait_accepting(self, server, timeout=60):
@@ -1058,7 +1079,10 @@ class Harness:
                 self.sql("SELECT 1", timeout=120)
                 self.lost_submits(self.primary)
             # the monitor may fail over for it (the keeper reports postgres
-            # down): the fault lasts until the formation has settled
+            # down, a round or two later): the fault lasts until the
+            # formation has settled and stayed so for 5 s
+            self.formation.wait_states(checkpoint=self.checkpoint)
+            time.sleep(5)
             self.formation.wait_states(checkpoint=self.checkpoint)
             self.off(fid)
             return
