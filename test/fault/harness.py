@@ -540,7 +540,9 @@ class Harness:
                         return cur.fetchall() if fetch else None
                 finally:
                     conn.close()
-            except psycopg2.OperationalError:
+            except (psycopg2.OperationalError, psycopg2.InterfaceError):
+                # InterfaceError: the connection died under the statement
+                # and the transaction's end found it closed
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.3)
