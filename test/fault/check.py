@@ -204,6 +204,11 @@ C2_fencing
                        the booking)
     ack_without_run    an accepted report for a proc with no DB run, unless a
                        failover was promoted within LOSS_WINDOW after it
+    Under a pg_auto_failover formation (harness.py --ha) either is also
+    excused within an ha_partition fault whose fault_on says sync false:
+    with asynchronous replication the primary cut off from its standby
+    goes on acknowledging, unreplicated, until its keeper demotes it,
+    however long after the last replicated commit that is.
     Excused reports are counted in stats acks_lost_in_failover (with the
     longest gap to the failover that excuses one, in seconds).
     Stale and duplicate answers are counted in stats.
@@ -1000,6 +1005,14 @@ class Checker:
                              frame=pub["frame"], proc=pub["proc"])
 
         failover_walls = sorted(fo["wall"] for fo in self.final["failovers"])
+        # asynchronous cuts (--ha): [on, off] walls of ha_partition faults
+        # with sync false
+        async_cuts = []
+        for e in self.harness:
+            if e["ev"] == "fault_on" and e["kind"] == "ha_partition" and e.get("sync") is False:
+                off = next((x for x in self.harness if x["ev"] == "fault_off"
+                            and x["id"] == e["id"] and x["t"] >= e["t"]), self.heal)
+                async_cuts.append((e["wall"], off["wall"]))
         lost, lost_gap = 0, 0.0
         answers = collections.Counter(rep["answer"] for rep in self.reports)
         for rep in self.reports:
@@ -1023,6 +1036,8 @@ class Checker:
             if later:
                 lost += 1
                 lost_gap = max(lost_gap, later[0] - rep["wall"])
+            elif any(on <= rep["wall"] <= off for on, off in async_cuts):
+                lost += 1
             elif runs:
                 self._ack_violation(rep, "ack_mismatch",
                                     f"its run ended {runs[0]['reason'] or 'not at all'}")

@@ -483,6 +483,25 @@ def without_failover_nothing_may_be_lost():
         {"acks_lost_in_failover": 0}
 
 
+def accepted_report_in_a_cut(sync):
+    """Proc 96's accepted report 14 s before the failover (as above), but
+    within a cut of the primary from its standby (--ha)."""
+    f, _, _ = accepted_report_long_before_a_failover_is_not_excused()
+    f.h(1010, "fault_on", id=90, kind="ha_partition", target=None, sync=sync)
+    f.h(1026, "fault_off", id=90)
+    return f
+
+
+@case
+def accepted_report_in_an_asynchronous_cut_is_excused():
+    return accepted_report_in_a_cut(False), [], {"acks_lost_in_failover": 1}
+
+
+@case
+def accepted_report_in_a_synchronous_cut_is_not_excused():
+    return accepted_report_in_a_cut(True), [C2("ack_without_run", 6)], {"acks_lost_in_failover": 0}
+
+
 @case
 def two_completed_runs():
     f = clean()
