@@ -99,8 +99,12 @@ def one_run(outdir, acc):
                for r in runs_by_proc.get(rep["proc"], [])):
             continue
         later = [f for f in fos if rep["wall"] < f["p"]["wall"] <= rep["wall"] + LOSS_WINDOW]
-        if later:
-            later[0]["acks"] += 1
+        # or the failover of an asynchronous cut that holds it (check.py C2)
+        cut = [f for f in fos if f["cause"] and f["cause"]["kind"] == "ha_partition"
+               and f["sync"] is False and f["cause"]["wall"] <= rep["wall"]
+               <= offs.get(f["cause"]["id"], heal)["wall"]]
+        if later or cut:
+            (later or cut)[0]["acks"] += 1
         else:
             acc["acks_unexplained"] += 1
     for e in hist:
