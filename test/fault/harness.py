@@ -116,12 +116,11 @@ WEIGHTS = {"agent_stop": 10, "host_freeze": 4, "agent_kill": 6, "render_kill": 1
            "hidden_timeout_push": 5}
 
 
-# --ha: the database's faults about as often as each other.  A manager's
-# failover holds the database for 10 to 40 s, the others for seconds, and
-# a kind drawn while the database is held is not injected; weighted alike,
-# the short kinds came out at about half the count of the long ones
-# (2026-12-01's long run), hence twice their weight
-HA_WEIGHTS = dict(WEIGHTS, terminate_backends=8, worker_kill=8, server_crash=8,
+# --ha: the database's faults.  A manager's failover holds the database
+# for 10 to 40 s, the others for seconds; the short ones weigh more, so
+# that a long run has at least 20 of each kind (an hour: about 28 of each
+# failover and 40 of each short kind)
+HA_WEIGHTS = dict(WEIGHTS, terminate_backends=6, worker_kill=6, server_crash=6,
                   ha_failover=4, ha_node_kill=4, ha_partition=4)
 
 
