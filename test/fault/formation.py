@@ -194,8 +194,10 @@ class Node:
         self.kill()
 
     def stop_postgres_immediate(self):
-        """A crash of postgres alone (its pg_autoctl restarts it)."""
-        subprocess.run([self.pgctl, "-D", self.data, "-m", "immediate", "-w", "stop"],
+        """A crash of postgres alone (its pg_autoctl restarts it).  Not
+        waited for: the keeper may have started a new postmaster before
+        pg_ctl sees the old one gone, and pg_ctl would wait for that one."""
+        subprocess.run([self.pgctl, "-D", self.data, "-m", "immediate", "-W", "stop"],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60,
                        **as_postgres(self.f.env))
 
