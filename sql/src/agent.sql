@@ -38,7 +38,13 @@ BEGIN
 		PERFORM frameq._release_procs(ARRAY(SELECT x.id FROM frameq.proc x WHERE x.host = h.id),
 									  'host_rebooted');
 	ELSE
-		/* same boot: the earlier agent's renders may live on; order them killed */
+		/*
+		 * same boot: the earlier agent's renders may live on; order them
+		 * killed, locking them first in id order, as a complete_many() of
+		 * the earlier agent does (it does not take the host lock)
+		 */
+		PERFORM 1 FROM frameq.proc x WHERE x.host = h.id AND x.state = 'running'
+		 ORDER BY x.id FOR NO KEY UPDATE;
 		UPDATE frameq.proc x SET state = 'killing', kill_reason = 'agent re-attached',
 			   kill_at = clock_timestamp(), want_state = 'waiting'
 		 WHERE x.host = h.id AND x.state = 'running';
@@ -286,6 +292,18 @@ CREATE FUNCTION frameq.complete(host text, token text, epoch bigint, proc bigint
 								max_rss bigint DEFAULT NULL, oom bool DEFAULT false)
 	RETURNS text
 	AS 'MODULE_PATHNAME', 'frameq_complete' LANGUAGE C VOLATILE
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+/*
+ * several renders ended: complete() for each element, in order, in one
+ * call; arrays one value per proc (exit_signals, max_rss and oom may be
+ * NULL, or hold NULLs, for the defaults); src/release.c
+ */
+CREATE FUNCTION frameq.complete_many(host text, token text, epoch bigint, procs bigint[],
+									 exit_statuses int[], exit_signals int[] DEFAULT NULL,
+									 max_rss bigint[] DEFAULT NULL, oom bool[] DEFAULT NULL)
+	RETURNS text[]
+	AS 'MODULE_PATHNAME', 'frameq_complete_many' LANGUAGE C VOLATILE
 	SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 
 /*

@@ -531,7 +531,10 @@ class Harness:
     # ---- database helpers -------------------------------------------------
 
     def sql(self, query, params=None, fetch=True, timeout=60):
-        """Run one statement on the primary, retrying through outages."""
+        """Run one statement on the primary, retrying through outages.  A
+        server that ends the session mid-statement (a crash restart) can
+        also leave psycopg2 an InterfaceError ("connection already closed")
+        rather than an OperationalError: an outage too."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -543,8 +546,6 @@ class Harness:
                 finally:
                     conn.close()
             except (psycopg2.OperationalError, psycopg2.InterfaceError):
-                # InterfaceError: the connection died under the statement
-                # and the transaction's end found it closed
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.3)
