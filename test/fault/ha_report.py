@@ -92,7 +92,8 @@ def one_run(outdir, acc):
     runs_by_proc = collections.defaultdict(list)
     for r in final["runs"]:
         runs_by_proc[r["proc"]].append(r)
-    for rep in check.load_agent_logs(os.path.join(outdir, "agents")):
+    reports, _ = check.load_agent_logs(os.path.join(outdir, "agents"))
+    for rep in reports:
         if rep["answer"] != "accepted":
             continue
         if any(r["reason"] in ("completed", "killed", "timeout", "stalled", "oom")
