@@ -120,10 +120,12 @@ bench:
 	bench/run
 
 # the long run of the fault-injection harness (doc/reliability.md), as root:
-#   make soak [DURATION=seconds] [SEED=n] [OUT=dir]
+#   make soak [DURATION=seconds] [SEED=n] [OUT=dir] [HA=pg_auto_failover]
+# HA=pg_auto_failover: the servers as a pg_auto_failover formation, whose
+# manager does the failovers (doc/operations.md)
 .PHONY: soak
 soak: all install
-	test/fault/run --soak $(if $(DURATION),--duration $(DURATION)) $(if $(SEED),--seed $(SEED)) $(if $(OUT),--out $(OUT))
+	test/fault/run --soak $(if $(HA),--ha $(HA)) $(if $(DURATION),--duration $(DURATION)) $(if $(SEED),--seed $(SEED)) $(if $(OUT),--out $(OUT))
 
 # ---- frameq-agent (agent/): the host agent, a program of its own, built
 # with the extension (its own plain Makefile; PG_CFLAGS passes down).  Not

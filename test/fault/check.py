@@ -56,7 +56,12 @@ and "wall".
                 Kinds: agent_stop, host_freeze, agent_kill, render_kill,
                 supervisor_kill, proxy_blackhole, proxy_reset, proxy_delay,
                 drop_reports, terminate_backends, worker_kill, server_crash,
-                failover.
+                failover, ha_failover, ha_node_kill, ha_partition (the
+                failovers of a pg_auto_failover formation's manager,
+                harness.py --ha), promotion (under --ha, every change of
+                primary the harness saw, from the old primary's end to the
+                new one's start, whatever caused it); each of the last five
+                counts as a failover.
     fault_off   id (of an earlier fault_on; instant faults log both at once).
                 One that matches no fault_on (the harness failed to inject
                 it) is counted in stats.
@@ -206,6 +211,11 @@ C2_fencing
                        the booking)
     ack_without_run    an accepted report for a proc with no DB run, unless a
                        failover was promoted within LOSS_WINDOW after it
+    Under a pg_auto_failover formation (harness.py --ha) either is also
+    excused within an ha_partition fault whose fault_on says sync false:
+    with asynchronous replication the primary cut off from its standby
+    goes on acknowledging, unreplicated, until its keeper demotes it,
+    however long after the last replicated commit that is.
     Excused reports are counted in stats acks_lost_in_failover (with the
     longest gap to the failover that excuses one, in seconds).
     Stale and duplicate answers are counted in stats.
@@ -407,7 +417,13 @@ DUE_SLACK = 2.0         # C5: a delayed frame is bookable this long after its po
 DELAY_EPS = 0.001       # C9: float seconds of the DB's microsecond times
 ROUND_SLACK = 1.0       # C10: the worker rounds' own time, and the round that expires a lease
 REPORT_BACKOFF = 7.0    # C10: the agent's waits after its first three failed reports (1 + 2 + 4 s)
-DB_RESTARTS = {"worker_kill", "server_crash", "failover"}
+# failover: the harness's own; ha_*: a pg_auto_failover formation's manager
+# (harness.py --ha pg_auto_failover): perform failover, the primary's node
+# killed, the primary cut from monitor and standby; and promotion: every
+# change of primary the harness saw under a formation, whatever caused it,
+# from the old primary's end to the new one's start
+FAILOVER_KINDS = {"failover", "ha_failover", "ha_node_kill", "ha_partition", "promotion"}
+DB_RESTARTS = {"worker_kill", "server_crash"} | FAILOVER_KINDS
 # C10: the faults of a host that may hold up the end of its task's run
 HOST_DELAYS = {"agent_stop", "host_freeze", "agent_kill", "proxy_blackhole", "proxy_reset",
                "proxy_delay", "drop_reports"}
@@ -811,7 +827,7 @@ class Checker:
         self.failover_windows = []
         self.failover_walls = []
         for e in self.harness:
-            if e["ev"] == "fault_on" and e["kind"] == "failover":
+            if e["ev"] == "fault_on" and e["kind"] in FAILOVER_KINDS:
                 off = next((x for x in self.harness if x["ev"] == "fault_off"
                             and x["id"] == e["id"] and x["t"] >= e["t"]), self.heal)
                 self.failover_windows.append((e["t"], off["t"]))
@@ -1043,6 +1059,14 @@ class Checker:
                              frame=pub["frame"], proc=pub["proc"])
 
         failover_walls = sorted(fo["wall"] for fo in self.final["failovers"])
+        # asynchronous cuts (--ha): [on, off] walls of ha_partition faults
+        # with sync false
+        async_cuts = []
+        for e in self.harness:
+            if e["ev"] == "fault_on" and e["kind"] == "ha_partition" and e.get("sync") is False:
+                off = next((x for x in self.harness if x["ev"] == "fault_off"
+                            and x["id"] == e["id"] and x["t"] >= e["t"]), self.heal)
+                async_cuts.append((e["wall"], off["wall"]))
         lost, lost_gap = 0, 0.0
         answers = collections.Counter(rep["answer"] for rep in self.reports)
         for rep in self.reports:
@@ -1065,6 +1089,8 @@ class Checker:
             if later:
                 lost += 1
                 lost_gap = max(lost_gap, later[0] - rep["wall"])
+            elif any(on <= rep["wall"] <= off for on, off in async_cuts):
+                lost += 1
             elif runs:
                 self._ack_violation(rep, "ack_mismatch",
                                     f"its run ended {runs[0]['reason'] or 'not at all'}")

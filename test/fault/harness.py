@@ -48,6 +48,7 @@ import json
 import math
 import os
 import random
+import re
 import select
 import shutil
 import signal
@@ -61,6 +62,7 @@ import psycopg2
 
 sys.dont_write_bytecode = True     # leave no __pycache__ in the tree
 import dblog  # noqa: E402
+import formation  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -88,6 +90,13 @@ HOST_KINDS = ["agent_stop", "host_freeze", "agent_kill", "render_kill", "supervi
               "proxy_blackhole", "proxy_reset", "proxy_delay", "drop_reports"]
 DB_KINDS = ["terminate_backends", "worker_kill", "server_crash", "failover"]
 KINDS = HOST_KINDS + DB_KINDS
+# --ha pg_auto_failover: the formation's manager does the failovers
+# (formation.py): `pg_autoctl perform failover`, the death of the primary's
+# node (its pg_autoctl and postgres), and a cut between the primary and
+# both the monitor and the standby; server_crash kills postgres alone (its
+# pg_autoctl restarts it)
+HA_KINDS = ["ha_failover", "ha_node_kill", "ha_partition"]
+HA_DB_KINDS = ["terminate_backends", "worker_kill", "server_crash"] + HA_KINDS
 # not a fault frameq survives but an operator's lie, injected only on request
 # (--inject false_confirm_dead): it shows that the harness and the checker
 # catch a frame running twice when one really does; and an operator's
@@ -98,12 +107,21 @@ KINDS = HOST_KINDS + DB_KINDS
 # runs far past the timeout its layer has in final.json
 UNSAFE_KINDS = ["false_confirm_dead", "hidden_farm_down", "hidden_timeout_push"]
 # kinds without a target host (taken one at a time, like the DB's faults)
-UNTARGETED = DB_KINDS + ["hidden_farm_down", "hidden_timeout_push"]
+UNTARGETED = DB_KINDS + HA_KINDS + ["hidden_farm_down", "hidden_timeout_push"]
 WEIGHTS = {"agent_stop": 10, "host_freeze": 4, "agent_kill": 6, "render_kill": 10,
            "supervisor_kill": 6, "proxy_blackhole": 8, "proxy_reset": 8, "proxy_delay": 6,
            "drop_reports": 6, "terminate_backends": 6, "worker_kill": 3, "server_crash": 3,
-           "failover": 2, "false_confirm_dead": 5, "hidden_farm_down": 5,
+           "failover": 2, "ha_failover": 3, "ha_node_kill": 3, "ha_partition": 3,
+           "false_confirm_dead": 5, "hidden_farm_down": 5,
            "hidden_timeout_push": 5}
+
+
+# --ha: the database's faults.  A manager's failover holds the database
+# for 10 to 40 s, the others for seconds; the short ones weigh more, so
+# that a long run has at least 20 of each kind (an hour: about 28 of each
+# failover and 40 of each short kind)
+HA_WEIGHTS = dict(WEIGHTS, terminate_backends=6, worker_kill=6, server_crash=6,
+                  ha_failover=4, ha_node_kill=4, ha_partition=4)
 
 
 class History:
@@ -366,6 +384,103 @@ class Monitor(threading.Thread):
             return [(proc, pid) for proc, (pid, h) in self.live.items() if host is None or h == host]
 
 
+class Watcher(threading.Thread):
+    """--ha: asks each node four times a second, straight (no proxy),
+    whether it takes writes.  Every change of the node that does is a
+    failover, whoever caused it: recorded in failovers with wall (and t)
+    the moment the old primary was first seen not taking writes (the end
+    of what it could acknowledge) and promoted_wall the moment the new one
+    was first seen taking them; and in the history as a fault of kind
+    promotion from the one to the other (check.py counts it as a failover,
+    the harness's fault that caused it or not), followed by a look for the
+    submissions it lost.  Two nodes taking writes at once is a split
+    brain: a harness error."""
+
+    def __init__(self, h):
+        super().__init__(daemon=True)
+        self.h = h
+        self.conns = {}
+        self.writer = h.primary.name
+        self.first_not = None
+        self.stopping = False
+        self.split = False
+        self.changed = threading.Condition()
+
+    def writable(self, node):
+        try:
+            c = self.conns.get(node.name)
+            if c is None or c.closed:
+                c = psycopg2.connect(host="127.0.0.1", port=node.port, dbname="fq", user="postgres",
+                                     connect_timeout=1, application_name="fqh-harness-watch")
+                c.autocommit = True
+                self.conns[node.name] = c
+            with c.cursor() as cur:
+                # a standby being promoted refuses writes to read-write
+                # sessions until the monitor confirms it
+                cur.execute("SELECT NOT pg_is_in_recovery() AND "
+                            "current_setting('default_transaction_read_only') = 'off'")
+                return cur.fetchone()[0]
+        except psycopg2.Error:
+            c = self.conns.pop(node.name, None)
+            if c is not None:
+                c.close()
+            return False
+
+    def run(self):
+        nodes = {n.name: n for n in self.h.formation.nodes}
+        while not self.stopping:
+            t, wall = time.monotonic(), time.time()
+            writers = [name for name, n in nodes.items() if self.writable(n)]
+            if len(writers) > 1 and not self.split:
+                self.h.history.log("two_writers", nodes=writers)
+                self.h.errors.append("split brain: %s take writes at once" % writers)
+            self.split = len(writers) > 1
+            if self.writer in writers:
+                self.first_not = None
+            elif self.first_not is None:
+                self.first_not = (t, wall)
+            for name in writers:
+                if name == self.writer:
+                    continue
+                end_t, end_wall = self.first_not or (t, wall)
+                rec = {"t": end_t, "wall": end_wall, "promoted_t": t, "promoted_wall": wall,
+                       "old": self.writer, "new": name}
+                self.h.failovers.append(rec)
+                self.h.history.log("promotion", **rec)
+                fid = 1000000 + len(self.h.failovers)
+                self.h.history.log("fault_on", t=end_t, wall=end_wall, id=fid, kind="promotion",
+                                   target=None, old=self.writer, new=name)
+                self.h.history.log("fault_off", t=t, wall=wall, id=fid)
+                threading.Thread(target=self.lost_submits, args=(nodes[name],), daemon=True).start()
+                say("  promotion: %s -> %s" % (self.writer, name))
+                with self.changed:
+                    self.writer, self.first_not = name, None
+                    self.h.primary = nodes[name]
+                    self.h.standby = next(n for k, n in nodes.items() if k != name)
+                    self.changed.notify_all()
+                break
+            time.sleep(0.25)
+        for c in self.conns.values():
+            c.close()
+
+    def lost_submits(self, new):
+        try:
+            with self.h.submit_lock:
+                self.h.lost_submits(new)
+        except Exception:
+            self.h.errors.append("after a promotion: " + traceback.format_exc())
+
+    def wait_for_new(self, old, timeout=120):
+        """Until a node other than old takes writes."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while self.writer == old:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RuntimeError("no failover from %s within %ds" % (old, timeout))
+                self.changed.wait(left)
+
+
 class Harness:
     def __init__(self, args):
         self.args = args
@@ -376,10 +491,18 @@ class Harness:
         os.chmod(self.out, 0o755)
         self.history = History(os.path.join(self.out, "history", "harness.jsonl"))
         base = args.port
-        self.servers = [Server(self.out, "a", base), Server(self.out, "b", base + 1)]
+        self.formation = None
+        if args.ha:
+            self.formation = formation.Formation(self.out, base, PGBIN, TTL, MARGIN,
+                                                 dblog.LOG_LINE_PREFIX, descendants)
+            self.servers = list(self.formation.nodes)
+        else:
+            self.servers = [Server(self.out, "a", base), Server(self.out, "b", base + 1)]
         self.primary, self.standby = self.servers
         self.conninfo = ("host=127.0.0.1,127.0.0.1 port=%d,%d dbname=fq user=postgres "
-                         "target_session_attrs=read-write connect_timeout=3" % (base, base + 1))
+                         "target_session_attrs=read-write connect_timeout=3"
+                         % (self.servers[0].port, self.servers[1].port))
+        self.watcher = None
         self.host_names = ["h%d" % (i + 1) for i in range(args.hosts)]
         self.proxy_ports = {h: (base + 10 + 2 * i, base + 11 + 2 * i) for i, h in enumerate(self.host_names)}
         self.agents = {}
@@ -399,9 +522,10 @@ class Harness:
         self.stop_load = threading.Event()
         self.errors = []
         self.operator = []      # (host, begin, end): host state set by an operator
-        self.kinds = args.inject.split(",") if args.inject else KINDS
+        known = HOST_KINDS + HA_DB_KINDS if args.ha else KINDS
+        self.kinds = args.inject.split(",") if args.inject else known
         for k in self.kinds:
-            if k not in KINDS + UNSAFE_KINDS:
+            if k not in known + UNSAFE_KINDS:
                 raise SystemExit("unknown fault kind: " + k)
 
     # ---- database helpers -------------------------------------------------
@@ -431,10 +555,19 @@ class Harness:
     def setup(self):
         self.history.log("phase", phase="setup")
         say("setup: primary and standby on ports", self.primary.port, self.standby.port)
-        self.primary.initdb()
-        self.primary.start()
-        self.primary.run(PGBIN + "/psql", "-X", "-q", "-h", "127.0.0.1", "-p", str(self.primary.port),
-                         "-d", "postgres", "-c", "CREATE DATABASE fq")
+        specs = []
+        for h in self.host_names:
+            pa, pb = self.proxy_ports[h]
+            specs += ["%s:%d:%d" % (h, pa, self.servers[0].port), "%s:%d:%d" % (h, pb, self.servers[1].port)]
+        if self.formation:
+            # the nodes reach each other and the monitor through proxies
+            self.proxy = Proxy(specs + self.formation.proxy_specs())
+            self.setup_formation()
+        else:
+            self.primary.initdb()
+            self.primary.start()
+            self.primary.run(PGBIN + "/psql", "-X", "-q", "-h", "127.0.0.1", "-p", str(self.primary.port),
+                             "-d", "postgres", "-c", "CREATE DATABASE fq")
         self.sql("""
             CREATE EXTENSION frameq;
             CREATE SCHEMA fqh;
@@ -469,21 +602,56 @@ class Harness:
             # plan: the reserve() calls for final.json (dblog.py)
             for name, value in dblog.ROLE_SETTINGS.items():
                 self.sql('ALTER ROLE "fqh_%s" SET %s = %s' % (h, name, value), fetch=False)
-        self.standby.basebackup(self.primary)
-        self.standby.start()
-        specs = []
-        for h in self.host_names:
-            pa, pb = self.proxy_ports[h]
-            specs += ["%s:%d:%d" % (h, pa, self.servers[0].port), "%s:%d:%d" % (h, pb, self.servers[1].port)]
-        self.proxy = Proxy(specs)
+        if self.formation:
+            self.formation.wait_states(checkpoint=self.checkpoint)
+            self.watcher = Watcher(self)
+            self.watcher.start()
+        else:
+            self.standby.basebackup(self.primary)
+            self.standby.start()
+            self.proxy = Proxy(specs)
         self.monitor = Monitor(os.path.join(self.out, "history", "renders.jsonl"), self.history)
         self.monitor.start()
         for h in self.host_names:
             pa, pb = self.proxy_ports[h]
-            conninfo = ("host=127.0.0.1,127.0.0.1 port=%d,%d dbname=fq user=fqh_%s "
-                        "target_session_attrs=read-write connect_timeout=2" % (pa, pb, h))
+            if self.formation:
+                conninfo = self.agent_uri(h, pa, pb)
+            else:
+                conninfo = ("host=127.0.0.1,127.0.0.1 port=%d,%d dbname=fq user=fqh_%s "
+                            "target_session_attrs=read-write connect_timeout=2" % (pa, pb, h))
             self.agents[h] = Agent(h, h, self.out, conninfo, tokens[h])
             self.agents[h].start()
+
+    def setup_formation(self):
+        """The formation (formation.py), its database fq (made by
+        pg_autoctl create postgres --dbname fq), and the URI the manager
+        gives applications."""
+        self.formation.create(self.checkpoint)
+        self.uri = self.formation.uri()
+        self.history.log("formation", uri=self.uri, monitor=formation.MONITOR_SETTINGS,
+                         keeper=formation.KEEPER_SETTINGS)
+        say("formation up:", self.uri)
+
+    def checkpoint(self):
+        try:
+            self.sql("CHECKPOINT", fetch=False, timeout=2)
+        except psycopg2.Error:
+            pass
+
+    def agent_uri(self, h, pa, pb):
+        """The formation's URI (pg_autoctl show uri), each node's address
+        replaced by the host's proxy to that node, as host h's login."""
+        m = re.match(r"^postgres(?:ql)?://([^/]*)/([^?]*)\??(.*)$", self.uri)
+        if not m:
+            raise RuntimeError("unexpected formation URI: " + self.uri)
+        to_proxy = {"%s:%d" % (n.hostname, n.port): p for n, p in zip(self.formation.nodes, (pa, pb))}
+        hosts = ",".join("127.0.0.1:%d" % to_proxy[hp] for hp in m.group(1).split(","))
+        params = [kv for kv in m.group(3).split("&") if kv and not kv.startswith("sslmode=")]
+        if "target_session_attrs=read-write" not in params:
+            raise RuntimeError("the formation's URI does not ask for read-write: " + self.uri)
+        return "postgres://%s/%s?%s" % (hosts, m.group(2),
+                                        "&".join(params + ["sslmode=disable", "user=fqh_" + h,
+                                                           "connect_timeout=2"]))
 
     # ---- load -------------------------------------------------------------
 
@@ -618,7 +786,8 @@ class Harness:
                 return None
             queue.remove(kind)
         else:
-            kind = self.rng.choices(self.kinds, [WEIGHTS[k] for k in self.kinds])[0]
+            weights = HA_WEIGHTS if self.formation else WEIGHTS
+            kind = self.rng.choices(self.kinds, [weights[k] for k in self.kinds])[0]
             if (kind not in UNTARGETED and not free_hosts) or (kind in UNTARGETED and not db_free):
                 return None
         target = self.rng.choice(free_hosts) if kind not in UNTARGETED else None
@@ -664,12 +833,17 @@ class Harness:
                 "proxy_delay": r(2, 8),
                 "drop_reports": r(5, 15),
                 "server_crash": r(0, 4),
+                "ha_node_kill": r(0, 4),
+                "ha_partition": r(0, 4),
                 "hidden_timeout_push": r(12, 14),
                 "hidden_farm_down": r(4, 6)}.get(kind, 0.0)
 
     def run_fault(self, fid, kind, target, duration, x):
         self.faults[kind] = self.faults.get(kind, 0) + 1
         try:
+            if self.formation and kind in HA_DB_KINDS:
+                # the database's faults begin on a settled formation
+                self.formation.wait_states(checkpoint=self.checkpoint)
             getattr(self, "fault_" + kind)(fid, target, duration, x)
         except Exception:
             self.errors.append("fault %s on %s: %s" % (kind, target, traceback.format_exc()))
@@ -856,9 +1030,24 @@ class Harness:
         finally:
             conn.close()
 
+    def on_primary(self, query):
+        """direct() on the primary; under a formation, the primary as the
+        watcher knows it, retried while the manager moves it (a failover
+        the monitor decided on after a crash may still be under way)."""
+        if not self.formation:
+            return self.direct(self.primary, query)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                return self.direct(self.primary, query)
+            except psycopg2.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+
     def fault_terminate_backends(self, fid, h, d, x):
         self.on(fid, "terminate_backends", None)
-        n = self.direct(self.primary, """
+        n = self.on_primary("""
             SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
             WHERE datname = 'fq' AND backend_type = 'client backend' AND pid <> pg_backend_pid()
               AND application_name NOT LIKE 'fqh-harness%'""")[0][0]
@@ -866,11 +1055,14 @@ class Harness:
         self.off(fid)
 
     def fault_worker_kill(self, fid, h, d, x):
-        rows = self.direct(self.primary, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'frameq worker'")
+        rows = self.on_primary("SELECT pid FROM pg_stat_activity WHERE backend_type = 'frameq worker'")
         self.on(fid, "worker_kill", None, pid=rows[0][0] if rows else None)
         if rows:
             signal_pid(rows[0][0], signal.SIGKILL)
-        self.wait_accepting(self.primary)
+        if self.formation:
+            self.sql("SELECT 1", timeout=120)   # whichever node the manager left primary
+        else:
+            self.wait_accepting(self.primary)
         self.off(fid)
 
     def wait_accepting(self, server, timeout=60):
@@ -884,11 +1076,106 @@ class Harness:
         raise RuntimeError("server %s does not accept connections" % server.name)
 
     def fault_server_crash(self, fid, h, d, x):
+        if self.formation:
+            # postgres alone: its pg_autoctl starts it again
+            with self.submit_lock:
+                self.on(fid, "server_crash", None, server=self.primary.name)
+                self.primary.stop_postgres_immediate()
+                self.sql("SELECT 1", timeout=120)
+                self.lost_submits(self.primary)
+            # the monitor may fail over for it (the keeper reports postgres
+            # down, a round or two later): the fault lasts until the
+            # formation has settled and stayed so for 5 s
+            self.formation.wait_states(checkpoint=self.checkpoint)
+            time.sleep(5)
+            self.formation.wait_states(checkpoint=self.checkpoint)
+            self.off(fid)
+            return
         self.on(fid, "server_crash", None, server=self.primary.name, down_seconds=round(d, 2))
         self.primary.stop("immediate")
         time.sleep(d)
         self.primary.start()
         self.off(fid)
+
+    def lost_submits(self, new):
+        """Submissions the old primary acknowledged but never streamed
+        (called under the submit lock, once new takes writes)."""
+        known = {r[0] for r in self.direct(new, "SELECT name FROM frameq.job")}
+        for name, job in list(self.job_names.items()):
+            if name not in known:
+                self.history.log("lost_submit", job=job, name=name)
+                del self.job_names[name]
+
+    # ---- the manager's failovers (--ha pg_auto_failover) ------------------
+
+    def ha_prepare(self, x):
+        """Before a failover: the formation healthy (a primary and a
+        secondary), replication synchronous (x < 0.5: the formation's
+        default) or asynchronous, in force on the primary."""
+        f = self.formation
+        f.wait_states(checkpoint=self.checkpoint)
+        sync = x < 0.5
+        f.set_sync(sync)
+        deadline = time.monotonic() + 60
+        while True:
+            names = self.direct(self.primary, "SHOW synchronous_standby_names")[0][0]
+            # and the standby streaming: a keeper counts a partition only
+            # if it saw its standby once the monitor was lost (formation.py)
+            streaming = self.direct(self.primary, "SELECT count(*) FROM pg_stat_replication "
+                                                  "WHERE state = 'streaming'")[0][0]
+            if bool(names) == sync and streaming and f.healthy(f.states()):
+                return sync, names
+            if time.monotonic() > deadline:
+                raise RuntimeError("replication not %s after 60 s (%r)" % ("sync" if sync else "async", names))
+            time.sleep(0.3)
+
+    def ha_fault(self, fid, kind, d, x, act, after):
+        """act(old) takes the primary away; once another node takes writes
+        (the watcher), the submissions lost are known, after(old) undoes
+        the fault, and the fault lasts until the old primary has rejoined
+        as the secondary by itself."""
+        sync, names = self.ha_prepare(x)
+        old = self.primary
+        with self.submit_lock:
+            self.on(fid, kind, None, old=old.name, sync=sync, standby_names=names, seconds=round(d, 2))
+            t0 = time.monotonic()
+            act(old)
+            self.watcher.wait_for_new(old.name)
+            failover_s = time.monotonic() - t0
+            self.wait_accepting(self.primary)
+            self.lost_submits(self.primary)
+        after(old)
+        t1 = time.monotonic()
+        self.formation.wait_states(checkpoint=self.checkpoint)
+        say("  %s: new primary %s after %.1fs, %s back as secondary %.1fs later"
+            % (kind, self.primary.name, failover_s, old.name, time.monotonic() - t1))
+        self.history.log("fault_off", id=fid, failover_seconds=round(failover_s, 2),
+                         rejoin_seconds=round(time.monotonic() - t1, 2))
+
+    def fault_ha_failover(self, fid, h, d, x):
+        self.ha_fault(fid, "ha_failover", 0, x, lambda old: self.formation.perform_failover(),
+                      lambda old: None)
+
+    def fault_ha_node_kill(self, fid, h, d, x):
+        def after(old):
+            time.sleep(d)
+            old.start()
+        self.ha_fault(fid, "ha_node_kill", d, x, lambda old: old.kill(), after)
+
+    def fault_ha_partition(self, fid, h, d, x):
+        """The primary cut from the monitor and the standby (not from the
+        agents): its link (the monitor's health checks, the standby's
+        replication) blackholed, its keeper's link to the monitor cut (its
+        calls in flight fail, as tcp_user_timeout would make them: see
+        proxy.py; new ones hang)."""
+        def cut(old, link, mon):
+            self.proxy.set("link-" + old.name, link)
+            self.proxy.set("mon-" + old.name, mon)
+
+        def after(old):
+            time.sleep(d)
+            cut(old, "pass", "pass")
+        self.ha_fault(fid, "ha_partition", d, x, lambda old: cut(old, "blackhole", "cut"), after)
 
     def fault_failover(self, fid, h, d, x):
         old, new = self.primary, self.standby
@@ -900,12 +1187,7 @@ class Harness:
             self.primary, self.standby = new, old
             self.failovers.append({"wall": time.time(), "t": time.monotonic()})
             self.wait_accepting(new)
-            # submissions the old primary acknowledged but never streamed
-            known = {r[0] for r in self.direct(new, "SELECT name FROM frameq.job")}
-            for name, job in list(self.job_names.items()):
-                if name not in known:
-                    self.history.log("lost_submit", job=job, name=name)
-                    del self.job_names[name]
+            self.lost_submits(new)
         old.basebackup(new)         # rebuild the old primary as the standby
         old.start()
         self.off(fid)
@@ -939,6 +1221,11 @@ class Harness:
         for s in (self.primary, self.standby):
             if not s.running():
                 s.start()
+        if self.formation:
+            for n in self.formation.nodes:
+                self.proxy.set("link-" + n.name, "pass")
+                self.proxy.set("mon-" + n.name, "pass")
+            self.formation.wait_states(checkpoint=self.checkpoint)
         backlog = self.sql("SELECT count(*) FROM frameq.frame WHERE state IN ('waiting', 'depend', 'running')")[0][0]
         depth = self.dependency_depth()
         slots = HOST_CORES * len(self.host_names)
@@ -1069,6 +1356,8 @@ class Harness:
             "caps": self.caps,
             "check": rows("SELECT invariant, detail FROM frameq.check()"),
             "failovers": self.failovers,
+            "formation": ({"uri": self.uri, "monitor": formation.MONITOR_SETTINGS,
+                           "keeper": formation.KEEPER_SETTINGS} if self.formation else None),
             "faults": self.faults,
         }
         self.write_final(final)
@@ -1114,10 +1403,16 @@ class Harness:
                 signal_pid(pid, signal.SIGKILL)
             self.monitor.stopping = True
             self.monitor.join(10)
+        if self.watcher:
+            self.watcher.stopping = True
+            self.watcher.join(10)
+        if self.formation:
+            self.formation.stop(fast)
+        else:
+            for s in self.servers:
+                s.stop("immediate" if fast else "fast")
         if self.proxy:
             self.proxy.close()
-        for s in self.servers:
-            s.stop("immediate" if fast else "fast")
 
     def main(self):
         interrupted = False
@@ -1173,6 +1468,8 @@ def main():
     ap.add_argument("--max-active", type=int, default=2)
     ap.add_argument("--every-kind", action="store_true", help="inject every kind of fault at least once")
     ap.add_argument("--inject", help="comma-separated fault kinds to draw from (default: all that frameq survives)")
+    ap.add_argument("--ha", choices=["pg_auto_failover"],
+                    help="run the servers as a pg_auto_failover formation; its manager does the failovers")
     ap.add_argument("--hang-percent", type=int, default=HANG_PERCENT,
                     help="of the frames of jobs with timeouts that hang, and as many that go silent")
     args = ap.parse_args()

@@ -11,10 +11,17 @@ that host off, with real TCP behaviour on both sides:
                accepted and then hang), like a cable pulled out; what was
                held back is forwarded, in order, when the mode changes
     reset      abort every connection with a TCP RST, and reset new ones
+    cut        abort every connection with a TCP RST, and let new ones hang
+               as in blackhole: a cable pulled out, seen by a client whose
+               TCP settings (tcp_user_timeout, keepalives) end a silent
+               connection; a proxy's kernel acknowledges what it is sent,
+               so an established connection can only be ended, never left
+               unanswered the way a real cut leaves it
     delay MS   forward each chunk MS milliseconds late, in order
 
-Usage:  proxy.py HOST:LISTEN_PORT:TARGET_PORT ...
-then lines on stdin:  "HOST MODE [MS]"; each is answered "ok" (or
+Usage:  proxy.py HOST:[LISTEN_ADDRESS:]LISTEN_PORT:TARGET_PORT ...
+(the listen address is 127.0.0.1 unless given, the target always
+127.0.0.1) then lines on stdin:  "HOST MODE [MS]"; each is answered "ok" (or
 "error ...") on stdout once it is in force.  End of input stops the proxy.
 """
 
@@ -37,13 +44,13 @@ class Host:
         self.delay = ms / 1000.0
         self.changed.set()
         self.changed = asyncio.Event()
-        if mode == "reset":
+        if mode in ("reset", "cut"):
             for c in list(self.conns):
                 c.abort()
 
     async def gate(self):
         """Wait until data may be forwarded; return the delay to apply."""
-        while self.mode in ("blackhole", "reset"):
+        while self.mode in ("blackhole", "reset", "cut"):
             await self.changed.wait()
         return self.delay if self.mode == "delay" else 0.0
 
@@ -102,13 +109,13 @@ class Conn:
                     pass
 
 
-async def serve(host, listen_port, target_port):
+async def serve(host, listen_address, listen_port, target_port):
     async def handle(cr, cw):
         if host.mode == "reset":
             hard_close(cw)
             return
         # a blackholed host's new connection hangs before reaching the server
-        while host.mode == "blackhole":
+        while host.mode in ("blackhole", "cut"):
             await host.changed.wait()
         if host.mode == "reset":
             hard_close(cw)
@@ -120,7 +127,7 @@ async def serve(host, listen_port, target_port):
             return
         host.conns.add(Conn(host, cr, cw, sr, sw))
 
-    return await asyncio.start_server(handle, "127.0.0.1", listen_port, reuse_address=True)
+    return await asyncio.start_server(handle, listen_address, listen_port, reuse_address=True)
 
 
 async def control(hosts):
@@ -135,7 +142,7 @@ async def control(hosts):
         try:
             host = hosts[parts[0]]
             mode = parts[1]
-            if mode not in ("pass", "blackhole", "reset", "delay"):
+            if mode not in ("pass", "blackhole", "reset", "cut", "delay"):
                 raise ValueError("unknown mode " + mode)
             host.set_mode(mode, int(parts[2]) if mode == "delay" else 0)
             print("ok", flush=True)
@@ -147,9 +154,10 @@ async def main():
     hosts = {}
     servers = []
     for spec in sys.argv[1:]:
-        name, listen_port, target_port = spec.split(":")
+        name, *listen, target_port = spec.split(":")
+        address, listen_port = listen if len(listen) == 2 else ["127.0.0.1"] + listen
         host = hosts.setdefault(name, Host(name))
-        servers.append(await serve(host, int(listen_port), int(target_port)))
+        servers.append(await serve(host, address, int(listen_port), int(target_port)))
     print("ready", flush=True)
     await control(hosts)
     for s in servers:

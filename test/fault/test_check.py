@@ -499,6 +499,25 @@ def without_failover_nothing_may_be_lost():
         {"acks_lost_in_failover": 0}
 
 
+def accepted_report_in_a_cut(sync):
+    """Proc 96's accepted report 14 s before the failover (as above), but
+    within a cut of the primary from its standby (--ha)."""
+    f, _, _ = accepted_report_long_before_a_failover_is_not_excused()
+    f.h(1010, "fault_on", id=90, kind="ha_partition", target=None, sync=sync)
+    f.h(1026, "fault_off", id=90)
+    return f
+
+
+@case
+def accepted_report_in_an_asynchronous_cut_is_excused():
+    return accepted_report_in_a_cut(False), [], {"acks_lost_in_failover": 1}
+
+
+@case
+def accepted_report_in_a_synchronous_cut_is_not_excused():
+    return accepted_report_in_a_cut(True), [C2("ack_without_run", 6)], {"acks_lost_in_failover": 0}
+
+
 @case
 def two_completed_runs():
     f = clean()
@@ -534,10 +553,11 @@ def output_missing():
     return f, [C3("output_missing", 5)], {}
 
 
-def lose_last_publish(f, failover_at):
-    """Render 116 (frame 6, publish at 1043.8) publishes; a failover that
-    begins at failover_at loses the commit, its completion lands after."""
-    f.fault(failover_at, failover_at + 2, "failover")
+def lose_last_publish(f, failover_at, kind="failover"):
+    """Render 116 (frame 6, publish at 1043.8) publishes; a failover (a
+    fault of kind) that begins at failover_at loses the commit, its
+    completion lands after."""
+    f.fault(failover_at, failover_at + 2, kind)
     f.failovers.append({"wall": wall(failover_at)})
     del f.outputs[6]
     f.publishes = [p for p in f.publishes if p["proc"] != 116]
@@ -547,6 +567,22 @@ def lose_last_publish(f, failover_at):
 @case
 def publish_lost_in_failover():
     return lose_last_publish(clean(), 1045), [], {"publishes_lost_in_failover": 1}
+
+
+# harness.py --ha: the manager's faults and the watcher's promotions are
+# failovers too
+for _kind in ("ha_failover", "ha_node_kill", "ha_partition", "promotion"):
+    def _lost_in(kind=_kind):
+        return lose_last_publish(clean(), 1045, kind), [], {"publishes_lost_in_failover": 1}
+    _lost_in.__name__ = "publish_lost_in_failover_" + _kind
+    case(_lost_in)
+
+
+@case
+def publish_lost_in_a_server_crash_is_not_excused():
+    # a crash restart loses no commit: not a failover
+    return (lose_last_publish(clean(), 1045, "server_crash"), [C3("output_missing", 6)],
+            {"publishes_lost_in_failover": 0})
 
 
 @case
