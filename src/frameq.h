@@ -107,6 +107,8 @@ typedef enum LedgerKind
  */
 #define FRAMEQ_MAX_LAYER_LIMITS	12
 #define FRAMEQ_MAX_PROC_ITEMS	(3 + FRAMEQ_MAX_LAYER_LIMITS)
+/* the most reports one complete_many() call takes */
+#define FRAMEQ_MAX_BATCH		1000
 
 /* one capped entity a booking counts against, with its caps (-1: none) */
 typedef struct LedgerItem

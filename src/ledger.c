@@ -191,6 +191,23 @@ static int	ledger_log_cap = 0;
 /* has this transaction inserted or deleted procs? (see ensure_valid) */
 static bool proc_written = false;
 
+/* has this transaction logged a release? (see own_releases) */
+static bool log_has_release = false;
+
+/*
+ * What this transaction has released from one item and not yet applied
+ * (positive amounts): see own_releases.
+ */
+typedef struct OwnRelease
+{
+	int32		cc;
+	int32		gpus;
+	int32		running;
+} OwnRelease;
+
+/* the longest log own_releases reads; past it, no release is counted */
+#define OWN_RELEASE_SCAN	512
+
 /* the rebuild whose requeue this transaction ran (0: none): done at commit */
 static uint64 requeue_ran = 0;
 
@@ -335,17 +352,68 @@ enter_entry(const LedgerKey *key)
 	return entry;
 }
 
-/* would one more proc of cc cores and gpus gpus exceed the item's caps? */
+/*
+ * Would one more proc of cc cores and gpus gpus exceed the item's caps?
+ * own (or NULL) is what this transaction has released from the item: its
+ * own releases count as done (see own_releases).
+ */
 static bool
-over_cap(const LedgerItem *it, const LedgerEntry *entry, int32 cc, int32 gpus)
+over_cap(const LedgerItem *it, const LedgerEntry *entry, int32 cc, int32 gpus,
+		 const OwnRelease *own)
 {
 	int64		used_cc = entry ? entry->used_cc : 0;
 	int64		used_gpus = entry ? entry->used_gpus : 0;
 	int64		running = entry ? entry->running : 0;
 
+	if (own != NULL)
+	{
+		used_cc -= own->cc;
+		used_gpus -= own->gpus;
+		running -= own->running;
+	}
 	return (it->cap_cc >= 0 && used_cc + cc > it->cap_cc) ||
 		(it->cap_gpus >= 0 && used_gpus + gpus > it->cap_gpus) ||
 		(it->cap_running >= 0 && running + 1 > it->cap_running);
+}
+
+/*
+ * What this transaction has released from each item and not yet applied.
+ * A release waits for its commit to leave the ledger, but a booking later
+ * in the same transaction may use its room: both commit, or both are
+ * undone (a release undone with its subtransaction leaves the log, and a
+ * booking made after it is in that subtransaction or one inside it).  So
+ * an agent that reports what ended and books in one transaction can book
+ * up to the caps its own reports freed.  Returns the ledger generation
+ * the amounts belong to (the caller uses them only under it), or 0 if
+ * there are none to count: no release logged, or a log longer than
+ * OWN_RELEASE_SCAN (then the booking counts the releases as not yet done,
+ * which can only book less).  Reads only this backend's log: no lock.
+ */
+static uint64
+own_releases(const LedgerItem *items, int nitems, OwnRelease *own)
+{
+	uint64		generation = pg_atomic_read_u64(&FrameqLedger->valid_generation);
+	LedgerKey	key;
+
+	memset(own, 0, sizeof(OwnRelease) * nitems);
+	if (!log_has_release || ledger_log_len > OWN_RELEASE_SCAN || generation == 0)
+		return 0;
+	for (int i = 0; i < nitems; i++)
+	{
+		make_key(&key, items[i].kind, items[i].id, items[i].id2);
+		for (int j = 0; j < ledger_log_len; j++)
+		{
+			const LedgerLogEntry *e = &ledger_log[j];
+
+			if (e->applied || e->generation != generation ||
+				memcmp(&e->key, &key, sizeof(key)) != 0)
+				continue;
+			own[i].cc -= e->cc;
+			own[i].gpus -= e->gpus;
+			own[i].running -= e->running;
+		}
+	}
+	return generation;
 }
 
 /* as enter_entry, but a full table is an error: releases the lock first */
@@ -463,15 +531,18 @@ ledger_xact_callback(XactEvent event, void *arg)
 			if (requeue_ran != 0)
 				requeue_commit();
 			proc_written = false;
+			log_has_release = false;
 			break;
 		case XACT_EVENT_ABORT:
 			if (ledger_log_len > 0)
 				log_discard(InvalidSubTransactionId);
 			requeue_ran = 0;
 			proc_written = false;
+			log_has_release = false;
 			break;
 		case XACT_EVENT_PREPARE:
 			proc_written = false;
+			log_has_release = false;
 			break;
 		default:
 			break;
@@ -758,6 +829,8 @@ frameq_ledger_try_charge(const LedgerItem *items, int nitems,
 {
 	LedgerEntry *entries[FRAMEQ_MAX_PROC_ITEMS];
 	LedgerKey	keys[FRAMEQ_MAX_PROC_ITEMS];
+	OwnRelease	own[FRAMEQ_MAX_PROC_ITEMS];
+	uint64		own_generation;
 	uint64		generation;
 	int			failed = -1;
 
@@ -768,14 +841,16 @@ frameq_ledger_try_charge(const LedgerItem *items, int nitems,
 	log_reserve(nitems);
 	for (int i = 0; i < nitems; i++)
 		make_key(&keys[i], items[i].kind, items[i].id, items[i].id2);
+	own_generation = own_releases(items, nitems, own);
 
 	LWLockAcquire(FrameqLedger->lock, LW_EXCLUSIVE);
+	generation = FrameqLedger->generation;
 	for (int i = 0; i < nitems; i++)
 		entries[i] = enter_or_fail(&keys[i]);
 	for (int i = 0; i < nitems && failed < 0; i++)
-		if (over_cap(&items[i], entries[i], cc, gpus))
+		if (over_cap(&items[i], entries[i], cc, gpus,
+					 own_generation != 0 && own_generation == generation ? &own[i] : NULL))
 			failed = i;
-	generation = FrameqLedger->generation;
 	for (int i = 0; i < nitems; i++)
 	{
 		LedgerEntry *e = entries[i];
@@ -844,6 +919,7 @@ frameq_ledger_release(const LedgerItem *items, int nitems,
 
 	Assert(nitems <= 32);
 	log_reserve(nitems);
+	log_has_release = true;
 	LWLockAcquire(FrameqLedger->lock, LW_EXCLUSIVE);
 
 	/*
@@ -900,13 +976,21 @@ frameq_ledger_park(const LedgerItem *items, int nitems, int32 cc, int32 gpus)
 {
 	CapState	state = CAPS_FIT;
 	LedgerKey	key;
+	OwnRelease	own[FRAMEQ_MAX_PROC_ITEMS];
+	uint64		own_generation;
+	bool		counts;
+
+	Assert(nitems <= FRAMEQ_MAX_PROC_ITEMS);
+	own_generation = own_releases(items, nitems, own);
 
 	/* the common case, a row within its caps, needs only a shared lock */
 	LWLockAcquire(FrameqLedger->lock, LW_SHARED);
+	counts = own_generation != 0 && own_generation == FrameqLedger->generation;
 	for (int i = 0; i < nitems && state == CAPS_FIT; i++)
 	{
 		make_key(&key, items[i].kind, items[i].id, items[i].id2);
-		if (over_cap(&items[i], hash_search(LedgerHash, &key, HASH_FIND, NULL), cc, gpus))
+		if (over_cap(&items[i], hash_search(LedgerHash, &key, HASH_FIND, NULL), cc, gpus,
+					 counts ? &own[i] : NULL))
 			state = CAPS_OVER;
 	}
 	LWLockRelease(FrameqLedger->lock);
@@ -915,13 +999,14 @@ frameq_ledger_park(const LedgerItem *items, int nitems, int32 cc, int32 gpus)
 
 	state = CAPS_FIT;
 	LWLockAcquire(FrameqLedger->lock, LW_EXCLUSIVE);
+	counts = own_generation != 0 && own_generation == FrameqLedger->generation;
 	for (int i = 0; i < nitems; i++)
 	{
 		LedgerEntry *entry;
 
 		make_key(&key, items[i].kind, items[i].id, items[i].id2);
 		entry = hash_search(LedgerHash, &key, HASH_FIND, NULL);
-		if (!over_cap(&items[i], entry, cc, gpus))
+		if (!over_cap(&items[i], entry, cc, gpus, counts ? &own[i] : NULL))
 			continue;
 		if (state == CAPS_FIT)
 			state = CAPS_OVER;
@@ -959,7 +1044,7 @@ frameq_ledger_still_parked(const LedgerItem *items, int nitems, int32 cc, int32 
 		entry = hash_search(LedgerHash, &key, HASH_FIND, NULL);
 		result = entry != NULL && entry->parked && entry->inflight == 0 &&
 			pg_atomic_read_u64(&FrameqLedger->requeue_generation) == 0 &&
-			over_cap(&items[i], entry, cc, gpus);
+			over_cap(&items[i], entry, cc, gpus, NULL);
 	}
 	LWLockRelease(FrameqLedger->lock);
 	return result;

@@ -1523,6 +1523,47 @@ stale_or_duplicate(const Report *r, int32 host_id)
 	return "stale";
 }
 
+/* one report of a batch, as settle_reports works through it */
+typedef struct Settling
+{
+	const Report *report;
+	bool		live;			/* its proc locked: it will be released */
+	ReleaseContext ctx;			/* how, if live */
+	const char *answer;
+} Settling;
+
+/*
+ * Settle the reports of an authenticated host, given in the order of
+ * their procs: lock every live proc they name, in that order, before
+ * releasing any (the order of _release_procs: a release takes the host
+ * row, and holding it while locking the next proc could deadlock with a
+ * complete() of that proc), then release them, each 'accepted'; then say
+ * why the others had no live proc ('stale', 'duplicate').  A proc named
+ * twice is locked and released once, for its first copy.
+ */
+static void
+settle_reports(Settling *batch, int n, int32 host_id)
+{
+	for (int i = 0; i < n; i++)
+	{
+		Settling   *s = &batch[i];
+
+		s->live = (i == 0 || s->report->proc != batch[i - 1].report->proc) &&
+			lock_reported_proc(s->report, host_id);
+		if (s->live)
+			classify_report(s->report, SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &s->ctx);
+	}
+	for (int i = 0; i < n; i++)
+		if (batch[i].live)
+		{
+			frameq_release_with(&batch[i].ctx);
+			batch[i].answer = "accepted";
+		}
+	for (int i = 0; i < n; i++)
+		if (!batch[i].live)
+			batch[i].answer = stale_or_duplicate(batch[i].report, host_id);
+}
+
 PG_FUNCTION_INFO_V1(frameq_complete);
 
 /*
@@ -1536,8 +1577,8 @@ Datum
 frameq_complete(PG_FUNCTION_ARGS)
 {
 	Report		r;
+	Settling	one = {&r};
 	int32		host_id;
-	const char *answer;
 	int			lock_nest;
 
 	frameq_require_preload();
@@ -1547,21 +1588,187 @@ frameq_complete(PG_FUNCTION_ARGS)
 		elog(ERROR, "frameq: SPI_connect failed");
 	host_id = frameq_host_authenticate(r.name, r.token);
 	lock_nest = frameq_bound_lock_waits();
-
-	if (lock_reported_proc(&r, host_id))
-	{
-		ReleaseContext ctx;
-
-		classify_report(&r, SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &ctx);
-		frameq_release_with(&ctx);
-		answer = "accepted";
-	}
-	else
-		answer = stale_or_duplicate(&r, host_id);
-
+	settle_reports(&one, 1, host_id);
 	frameq_end_lock_waits(lock_nest);
 	SPI_finish();
-	PG_RETURN_TEXT_P(cstring_to_text(answer));
+	PG_RETURN_TEXT_P(cstring_to_text(one.answer));
+}
+
+/* one array argument of complete_many(), its elements and their nulls */
+typedef struct BatchColumn
+{
+	const char *name;
+	int			argno;
+	Oid			elemtype;
+	Datum	   *values;
+	bool	   *nulls;
+	int			n;
+} BatchColumn;
+
+/*
+ * Read one array argument of complete_many(): one-dimensional (or empty),
+ * at most FRAMEQ_MAX_BATCH elements, as many as the procs (22023, the
+ * argument named); a NULL array stands for all defaults.
+ */
+static void
+read_batch_column(FunctionCallInfo fcinfo, BatchColumn *c, int expect)
+{
+	ArrayType  *a;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+
+	c->values = NULL;
+	c->nulls = NULL;
+	c->n = -1;
+	if (PG_ARGISNULL(c->argno))
+		return;
+	a = PG_GETARG_ARRAYTYPE_P(c->argno);
+	if (ARR_NDIM(a) > 1)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("%s must be a one-dimensional array", c->name)));
+	get_typlenbyvalalign(c->elemtype, &typlen, &typbyval, &typalign);
+	deconstruct_array(a, c->elemtype, typlen, typbyval, typalign,
+					  &c->values, &c->nulls, &c->n);
+	if (c->n > FRAMEQ_MAX_BATCH)
+		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+						errmsg("%s has %d elements, more than %d", c->name, c->n,
+							   FRAMEQ_MAX_BATCH)));
+	if (expect >= 0 && c->n != expect)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("%s has %d elements, procs has %d", c->name, c->n, expect),
+						errdetail("Each array gives one value per proc, in the same order.")));
+}
+
+/* element i of a batch column: NULL (or no array) gives the default */
+static bool
+batch_element(const BatchColumn *c, int i, Datum *value)
+{
+	if (c->n < 0 || c->nulls[i])
+		return false;
+	*value = c->values[i];
+	return true;
+}
+
+/*
+ * complete_many()'s reports, element by element, checked as complete()
+ * checks its arguments (a proc or exit status that is null, a negative
+ * signal or peak: refused, the element named) before any is settled.
+ */
+static Report *
+read_batch(FunctionCallInfo fcinfo, int *nreports)
+{
+	BatchColumn cols[5] = {
+		{"procs", 3, INT8OID}, {"exit_statuses", 4, INT4OID},
+		{"exit_signals", 5, INT4OID}, {"max_rss", 6, INT8OID}, {"oom", 7, BOOLOID}
+	};
+	Report	   *reports;
+	int			n;
+
+	for (int i = 0; i < 3; i++)
+		if (PG_ARGISNULL(i))
+			ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+							errmsg("%s must not be null",
+								   i == 0 ? "host" : i == 1 ? "token" : "epoch")));
+	for (int i = 0; i < 2; i++)
+		if (PG_ARGISNULL(cols[i].argno))
+			ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+							errmsg("%s must not be null", cols[i].name)));
+	for (int i = 0; i < (int) lengthof(cols); i++)
+		read_batch_column(fcinfo, &cols[i], i == 0 ? -1 : cols[0].n);
+	n = cols[0].n;
+	reports = palloc0(sizeof(Report) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		Report	   *r = &reports[i];
+		Datum		v;
+
+		r->name = PG_GETARG_TEXT_PP(0);
+		r->token = PG_GETARG_TEXT_PP(1);
+		r->epoch = PG_GETARG_INT64(2);
+		if (!batch_element(&cols[0], i, &v))
+			ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+							errmsg("procs[%d] must not be null", i + 1)));
+		r->proc = DatumGetInt64(v);
+		if (!batch_element(&cols[1], i, &v))
+			ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+							errmsg("exit_statuses[%d] must not be null", i + 1)));
+		r->exit_status = DatumGetInt32(v);
+		r->exit_signal = batch_element(&cols[2], i, &v) ? DatumGetInt32(v) : 0;
+		if (r->exit_signal < 0)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("exit_signals[%d] must not be negative", i + 1)));
+		r->have_rss = batch_element(&cols[3], i, &v);
+		r->max_rss = r->have_rss ? DatumGetInt64(v) : 0;
+		if (r->max_rss < 0)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("max_rss[%d] must not be negative", i + 1)));
+		r->oom = batch_element(&cols[4], i, &v) && DatumGetBool(v);
+	}
+	*nreports = n;
+	return reports;
+}
+
+/* the order complete_many() settles its reports in: by proc, then position */
+static int
+report_order(const void *a, const void *b)
+{
+	const Report *x = *(Report *const *) a;
+	const Report *y = *(Report *const *) b;
+
+	if (x->proc != y->proc)
+		return x->proc < y->proc ? -1 : 1;
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
+PG_FUNCTION_INFO_V1(frameq_complete_many);
+
+/*
+ * complete_many(host, token, epoch, procs, exit_statuses, exit_signals,
+ *				 max_rss, oom) -> text[]
+ *
+ * complete() for each element, in one call: the host is authenticated
+ * once, and each report answered on its own, in the order given.  They
+ * are settled in the order of their procs (two batches of one host lock
+ * their procs in the same order), a proc given twice settling where it
+ * comes first (the sort is by proc, then position), so that it is the
+ * later copy that answers 'duplicate'.
+ */
+Datum
+frameq_complete_many(PG_FUNCTION_ARGS)
+{
+	Report	   *reports;
+	Report	  **order;
+	Settling   *batch;
+	Datum	   *answers;
+	int			n;
+	int32		host_id;
+	int			lock_nest;
+
+	frameq_require_preload();
+	reports = read_batch(fcinfo, &n);
+	frameq_require_schema();
+	order = palloc(sizeof(Report *) * Max(n, 1));
+	batch = palloc0(sizeof(Settling) * Max(n, 1));
+	answers = palloc(sizeof(Datum) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		order[i] = &reports[i];
+	qsort(order, n, sizeof(Report *), report_order);
+	for (int i = 0; i < n; i++)
+		batch[i].report = order[i];
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "frameq: SPI_connect failed");
+	host_id = frameq_host_authenticate(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1));
+	lock_nest = frameq_bound_lock_waits();
+	settle_reports(batch, n, host_id);
+	frameq_end_lock_waits(lock_nest);
+	SPI_finish();
+
+	/* the answers are constants: made text here, outside SPI's memory */
+	for (int i = 0; i < n; i++)
+		answers[batch[i].report - reports] = CStringGetTextDatum(batch[i].answer);
+	PG_RETURN_ARRAYTYPE_P(construct_array(answers, n, TEXTOID, -1, false, TYPALIGN_INT));
 }
 
 /* has this transaction released a proc? */

@@ -1438,6 +1438,13 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION frameq.complete_many(host text, token text, epoch bigint, procs bigint[],
+									 exit_statuses int[], exit_signals int[] DEFAULT NULL,
+									 max_rss bigint[] DEFAULT NULL, oom bool[] DEFAULT NULL)
+	RETURNS text[]
+	AS 'MODULE_PATHNAME', 'frameq_complete_many' LANGUAGE C VOLATILE
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
 CREATE FUNCTION frameq._move_frames(tasks bigint[], from_states text[], target text)
 RETURNS bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -2727,6 +2734,7 @@ REVOKE ALL ON FUNCTION
 	frameq.set_layer(bigint, text, jsonb),
 	frameq.add_frames(bigint, text, text),
 	frameq.report_log(text, text, bigint, bigint, text),
+	frameq.complete_many(text, text, bigint, bigint[], int[], int[], bigint[], bool[]),
 	frameq._move_frames(bigint[], text[], text),
 	frameq._bulk_layer(bigint, text),
 	frameq._bulk_states(text[], text[], text),

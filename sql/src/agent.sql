@@ -289,6 +289,18 @@ CREATE FUNCTION frameq.complete(host text, token text, epoch bigint, proc bigint
 	SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 
 /*
+ * several renders ended: complete() for each element, in order, in one
+ * call; arrays one value per proc (exit_signals, max_rss and oom may be
+ * NULL, or hold NULLs, for the defaults); src/release.c
+ */
+CREATE FUNCTION frameq.complete_many(host text, token text, epoch bigint, procs bigint[],
+									 exit_statuses int[], exit_signals int[] DEFAULT NULL,
+									 max_rss bigint[] DEFAULT NULL, oom bool[] DEFAULT NULL)
+	RETURNS text[]
+	AS 'MODULE_PATHNAME', 'frameq_complete_many' LANGUAGE C VOLATILE
+	SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+/*
  * ---------------------------------------------------------------------
  * Run secrets.  Each proc's render gets a secret (FRAMEQ_RUN_SECRET in its
  * environment, run_secret in the booking) that proves to owns() that the

@@ -58,6 +58,10 @@ GRANT EXECUTE ON FUNCTION
 	frameq.reserve(text, text, bigint, int),
 	frameq.complete(text, text, bigint, bigint, int, int, bigint, bool)
 	TO frameq_agent;
+/* 0.6.0: several reports in one call */
+GRANT EXECUTE ON FUNCTION
+	frameq.complete_many(text, text, bigint, bigint[], int[], int[], bigint[], bool[])
+	TO frameq_agent;
 /* a render fences its output with owns(); a reader may ask too */
 GRANT EXECUTE ON FUNCTION frameq.owns(bigint, text) TO frameq_agent, frameq_reader;
 GRANT EXECUTE ON FUNCTION

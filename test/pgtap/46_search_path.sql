@@ -293,6 +293,9 @@ INSERT INTO t46_calls (fn, who, code, want) VALUES
 	('complete', 't46_agent', format($$SELECT frameq.complete('t46-h1', %L, %s, %s, 0, 0, 1048576)$$,
 									 :'tok1', :e1, :p1), 'ok'),
 	('complete', 't46_agent', format($$SELECT frameq.complete('t46-h2', %L, %s, %s, 1, 0)$$, :'tok2', :e2, :p4), 'ok'),
+	('complete_many', 't46_agent', format($$SELECT frameq.complete_many('t46-h1', %L, %s, ARRAY[%s]::bigint[], '{0}',
+																		'{0}', '{1048576}', '{false}')$$,
+										  :'tok1', :e1, :p3), 'ok'),
 	('owns', 't46_agent', format($$SELECT frameq.owns(%s)$$, :p2), 'ok'),
 	('report_log', 't46_agent', format($$SELECT frameq.report_log('t46-h1', %L, %s, %s, 'm:/x')$$, :'tok1', :e1, :p2), 'ok'),
 	/* a submitter on a show granted to it */
