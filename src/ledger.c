@@ -947,19 +947,29 @@ frameq_ledger_release(const LedgerItem *items, int nitems,
 	return parked;
 }
 
+/*
+ * An entity's usage as this transaction's bookings see it: its own
+ * releases count as done (own_releases), as in the charge's cap check.
+ */
 void
 frameq_ledger_read(LedgerKind kind, int64 id, int64 id2,
 				   int32 *cc, int32 *gpus, int32 *running)
 {
+	LedgerItem	item = {kind, id, id2, LEDGER_NO_CAP, LEDGER_NO_CAP, LEDGER_NO_CAP};
+	OwnRelease	own;
+	uint64		own_generation;
 	LedgerKey	key;
 	LedgerEntry *entry;
 
+	own_generation = own_releases(&item, 1, &own);
 	make_key(&key, kind, id, id2);
 	LWLockAcquire(FrameqLedger->lock, LW_SHARED);
+	if (own_generation == 0 || own_generation != FrameqLedger->generation)
+		memset(&own, 0, sizeof(own));
 	entry = hash_search(LedgerHash, &key, HASH_FIND, NULL);
-	*cc = entry ? entry->used_cc : 0;
-	*gpus = entry ? entry->used_gpus : 0;
-	*running = entry ? entry->running : 0;
+	*cc = (entry ? entry->used_cc : 0) - own.cc;
+	*gpus = (entry ? entry->used_gpus : 0) - own.gpus;
+	*running = (entry ? entry->running : 0) - own.running;
 	LWLockRelease(FrameqLedger->lock);
 }
 

@@ -1311,7 +1311,8 @@ read_report(FunctionCallInfo fcinfo, Report *r)
  * max_retries and auto_eat; whether the reported exit is a requeue (a
  * requeue code of the layer, as its job gives them if it has none, with
  * requeues left); the requeue delay and the retry delay in force; the
- * proc's memory, its layer and the layer's memory (for an OOM's retry).
+ * proc's memory, its layer and the layer's memory (for an OOM's retry);
+ * the proc's job.
  */
 static bool
 lock_reported_proc(const Report *r, int32 host_id)
@@ -1347,7 +1348,7 @@ lock_reported_proc(const Report *r, int32 host_id)
 							  CppAsString2(FRAMEQ_DEFAULT_REQUEUE_DELAY) "),"
 							  "       coalesce(l.retry_delay, j.retry_delay, "
 							  CppAsString2(FRAMEQ_DEFAULT_RETRY_DELAY) "),"
-							  "       p.memory, p.layer, l.memory"
+							  "       p.memory, p.layer, l.memory, p.job"
 							  "  FROM frameq.proc p,"
 							  "       LATERAL (SELECT x.retries, x.requeues FROM frameq.frame x"
 							  "                 WHERE x.id = p.frame OFFSET 0) f,"
@@ -1528,37 +1529,60 @@ typedef struct Settling
 {
 	const Report *report;
 	bool		live;			/* its proc locked: it will be released */
+	int64		job;			/* its proc's job, if live */
 	ReleaseContext ctx;			/* how, if live */
 	const char *answer;
 } Settling;
+
+/* the order a batch releases its live procs in: by job, then by proc */
+static int
+release_order(const void *a, const void *b)
+{
+	const Settling *x = *(Settling *const *) a;
+	const Settling *y = *(Settling *const *) b;
+
+	if (x->job != y->job)
+		return x->job < y->job ? -1 : 1;
+	return (x->report->proc > y->report->proc) - (x->report->proc < y->report->proc);
+}
 
 /*
  * Settle the reports of an authenticated host, given in the order of
  * their procs: lock every live proc they name, in that order, before
  * releasing any (the order of _release_procs: a release takes the host
  * row, and holding it while locking the next proc could deadlock with a
- * complete() of that proc), then release them, each 'accepted'; then say
- * why the others had no live proc ('stale', 'duplicate').  A proc named
- * twice is locked and released once, for its first copy.
+ * complete() of that proc), then release them, each 'accepted', in the
+ * order of their jobs (a release may take its job's row and keep it to
+ * the commit: two batches of different hosts releasing procs of the same
+ * jobs must take those rows in one order); then say why the others had
+ * no live proc ('stale', 'duplicate').  A proc named twice is locked and
+ * released once, for its first copy.
  */
 static void
 settle_reports(Settling *batch, int n, int32 host_id)
 {
+	Settling  **live = palloc(sizeof(Settling *) * Max(n, 1));
+	int			nlive = 0;
+
 	for (int i = 0; i < n; i++)
 	{
 		Settling   *s = &batch[i];
 
 		s->live = (i == 0 || s->report->proc != batch[i - 1].report->proc) &&
 			lock_reported_proc(s->report, host_id);
-		if (s->live)
-			classify_report(s->report, SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &s->ctx);
+		if (!s->live)
+			continue;
+		/* before classify_report, whose OOM lookup replaces SPI_tuptable */
+		s->job = frameq_get_int64(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 14, NULL);
+		classify_report(s->report, SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &s->ctx);
+		live[nlive++] = s;
 	}
-	for (int i = 0; i < n; i++)
-		if (batch[i].live)
-		{
-			frameq_release_with(&batch[i].ctx);
-			batch[i].answer = "accepted";
-		}
+	qsort(live, nlive, sizeof(Settling *), release_order);
+	for (int i = 0; i < nlive; i++)
+	{
+		frameq_release_with(&live[i]->ctx);
+		live[i]->answer = "accepted";
+	}
 	for (int i = 0; i < n; i++)
 		if (!batch[i].live)
 			batch[i].answer = stale_or_duplicate(batch[i].report, host_id);
@@ -1627,13 +1651,15 @@ read_batch_column(FunctionCallInfo fcinfo, BatchColumn *c, int expect)
 	if (ARR_NDIM(a) > 1)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("%s must be a one-dimensional array", c->name)));
-	get_typlenbyvalalign(c->elemtype, &typlen, &typbyval, &typalign);
-	deconstruct_array(a, c->elemtype, typlen, typbyval, typalign,
-					  &c->values, &c->nulls, &c->n);
+	/* the bound before the elements are unpacked: their copy is not free */
+	c->n = ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a));
 	if (c->n > FRAMEQ_MAX_BATCH)
 		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 						errmsg("%s has %d elements, more than %d", c->name, c->n,
 							   FRAMEQ_MAX_BATCH)));
+	get_typlenbyvalalign(c->elemtype, &typlen, &typbyval, &typalign);
+	deconstruct_array(a, c->elemtype, typlen, typbyval, typalign,
+					  &c->values, &c->nulls, &c->n);
 	if (expect >= 0 && c->n != expect)
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("%s has %d elements, procs has %d", c->name, c->n, expect),

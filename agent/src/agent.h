@@ -70,6 +70,7 @@ struct config
 	int			max_frames;		/* frames at once; 0 = as many as fit */
 	bool		kill_on_term;	/* SIGTERM kills renders (else lets them finish) */
 	double		reserve_interval;	/* seconds between reserves that found nothing */
+	double		report_window;	/* ms a report waits for other ends (batching) */
 	double		fault_drop_reports; /* percent of complete() calls to drop (tests) */
 	bool		enforce_memory; /* kill a render whose tree outgrows its share */
 	char	   *config_file;
@@ -121,6 +122,14 @@ extern void resources_detect(struct resources *r);
  */
 #define FRAMEQ_RUN_LOG "0.6.0"
 
+/*
+ * ... and complete_many(), many reports in one call, which the agent sends
+ * together with the reserve() of the room they freed, in one transaction
+ * (runs.c, "Reports in batches").  Used only with a database at 0.6.0 or
+ * later that has it (db_batch_taken).
+ */
+#define FRAMEQ_BATCH "0.6.0"
+
 struct pg_result;
 
 extern bool db_connected(void);
@@ -142,6 +151,9 @@ extern bool db_reread_extension_version(int timeout_ms);
 /* do the database's heartbeat take a report and its complete an oom flag? */
 extern bool db_reports_taken(void);
 
+/* has the database complete_many (see FRAMEQ_BATCH)? */
+extern bool db_batch_taken(void);
+
 /* is the server's encoding UTF8 (else only ASCII goes into reports)? */
 extern bool db_server_utf8(void);
 
@@ -155,6 +167,25 @@ extern bool db_server_utf8(void);
 extern struct pg_result *db_exec(const char *sql, int nparams,
 								 const char *const *params, int timeout_ms,
 								 int64_t *sent_at);
+
+/* one statement of db_exec_many */
+struct db_stmt
+{
+	const char *sql;
+	int			nparams;
+	const char *const *params;
+};
+
+/*
+ * Run n statements in one round trip as one transaction (pipeline mode:
+ * committed at the end if none failed, else rolled back whole; the
+ * statements after a failed one answer PGRES_PIPELINE_ABORTED).  Each
+ * results[i] gets statement i's result, which may be an error.  False if
+ * the connection failed or timed out (it is closed then, and whether the
+ * transaction committed is unknown; results[] are all NULL).
+ */
+extern bool db_exec_many(int n, const struct db_stmt *stmts, int timeout_ms,
+						 struct pg_result **results);
 extern bool db_ok(const struct pg_result *res);
 extern const char *db_sqlstate(const struct pg_result *res);
 extern const char *db_error(const struct pg_result *res);
@@ -361,8 +392,84 @@ extern void runs_usage(double *cores, int64_t *memory, int *gpus, int *count);
 /* when processes not signalled to us (leftovers, orphans) need a look */
 extern int64_t runs_next_poll(void);
 
-/* when the next report is due (only meaningful while connected) */
-extern int64_t runs_next_report(void);
+/*
+ * When the next report is due (only meaningful while connected); with
+ * window_ns, the report window of batched reports (0 for single ones).
+ */
+extern int64_t runs_next_report(int64_t window_ns);
+
+/*
+ * Reports in batches (frameq 0.6.0, complete_many; runs.c).  A batch is
+ * due when one of its reports is: its backoff is over and, while another
+ * render runs, the report window since its end has passed.  It then takes
+ * every pending report of that report's epoch whose backoff is over (at
+ * most REPORT_BATCH_MAX); all of them with all_now (before an attach).
+ */
+#define REPORT_BATCH_MAX 1000
+
+struct report_batch
+{
+	int64_t		epoch;			/* the epoch its procs were booked under */
+	int			n;
+	bool		alone;			/* must go without a booking (see runs_batch_failed) */
+	struct run **runs;
+	/* the arrays complete_many takes, as literals */
+	char	   *procs,
+			   *statuses,
+			   *signals,
+			   *max_rss,
+			   *ooms;
+};
+
+/* fault injection (--fault-drop-reports): the fate of one attempt */
+enum report_fault
+{
+	FAULT_NONE,
+	FAULT_BEFORE,				/* not sent at all */
+	FAULT_AFTER					/* sent and committed; the answer is lost */
+};
+
+/* the due batch, if any (true); free it with runs_batch_free */
+extern bool runs_batch_take(struct report_batch *b, bool all_now, int64_t window_ns);
+extern void runs_batch_free(struct report_batch *b);
+
+/*
+ * The complete_many statement of the batch: one row per report, its
+ * answer, in order.  params (8) and epoch hold what st points to.
+ */
+extern void runs_batch_stmt(const struct report_batch *b, const char *host,
+							const char *token, char *epoch, size_t epochlen,
+							const char **params, struct db_stmt *st);
+
+/*
+ * Draw this attempt's fault (--fault-drop-reports).  FAULT_BEFORE is dealt
+ * with here (logged, each report tried again after a backoff); after
+ * FAULT_AFTER the caller sends the batch and hands its answer to
+ * runs_batch_discard, which logs it and closes the connection.
+ */
+extern enum report_fault runs_batch_fault(struct report_batch *b, double drop_percent);
+extern void runs_batch_discard(struct report_batch *b, struct pg_result *res);
+
+/*
+ * The transaction committed: take each report's answer as a single
+ * complete()'s (logged as "reported"; the run is done with), and log the
+ * batch (booked: how many bookings its transaction made; -1 if it had no
+ * reserve).  False if the answer is not one per report: then they all
+ * stay pending, to be sent again after a backoff (and answered
+ * 'duplicate').
+ */
+extern bool runs_batch_answers(struct report_batch *b, struct pg_result *res, int booked);
+
+/*
+ * The transaction failed, so none of its reports was taken.  res: the
+ * completes' own error (each report is tried again after a backoff; a
+ * refused token instead sets the flag runs_take_token_refused reads, and
+ * false is returned); NULL: the booking failed and rolled the completes
+ * back with it, so they go again at once, and without a booking.  part
+ * names the statement that failed, for the log.
+ */
+extern bool runs_batch_failed(struct report_batch *b, struct pg_result *res,
+							  const char *part);
 
 extern void runs_set_state_dir(const char *dir);
 

@@ -30,6 +30,7 @@ enum opt_type
 	T_SIZE,
 	T_COUNT,
 	T_SECONDS,
+	T_MILLISECONDS,
 	T_PERCENT,
 	T_KILL_ON_TERM,
 	T_FINISH_ON_TERM,
@@ -88,6 +89,11 @@ static const struct opt_def opts[] = {
 	"(a second SIGTERM kills them)"},
 	{"reserve-interval", T_SECONDS, OFF(reserve_interval), "SECONDS", "2",
 	"how long to wait after a reserve that found nothing (with room free)"},
+	{"report-window", T_MILLISECONDS, OFF(report_window), "MS", "5",
+	"how long (0 to 1000 ms) the report of a render's end waits for other\n"
+	"renders of the host to end, to go with them in one transaction (with\n"
+	"frameq 0.6.0: complete_many and the reserve of the room they freed);\n"
+	"it waits only while another render runs"},
 	{"enforce-memory", T_ENFORCE_MEMORY, OFF(enforce_memory), NULL, "this",
 	"kill a render whose process tree uses more than its booking plus the\n"
 	"host's unbooked memory (--memory less the bookings of the renders\n"
@@ -296,6 +302,11 @@ set_opt(struct config *cfg, const struct opt_def *o, const char *value,
 				break;
 			*(double *) (base + o->offset) = d;
 			return true;
+		case T_MILLISECONDS:
+			if (!parse_number(value, 0, 1000, &d))
+				break;
+			*(double *) (base + o->offset) = d;
+			return true;
 		case T_PERCENT:
 			if (!parse_number(value, 0, 100, &d))
 				break;
@@ -456,6 +467,7 @@ set_defaults(struct config *cfg)
 	cfg->max_frames = 0;
 	cfg->kill_on_term = false;
 	cfg->reserve_interval = 2;
+	cfg->report_window = 5;
 	cfg->fault_drop_reports = 0;
 	cfg->enforce_memory = true;
 	cfg->config_file = strdup("");

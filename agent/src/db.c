@@ -13,8 +13,18 @@
  * keepalives, settings the operator's conninfo may override; but whatever
  * the conninfo says, a server in recovery (a standby) is refused.  Each
  * connection also reads which version of the frameq extension its database
- * has, and whether its heartbeat takes a report and its complete an oom
- * flag; main.c decides whether the agent speaks it, and what it sends.
+ * has, whether its heartbeat takes a report and its complete an oom flag,
+ * and whether it has complete_many; main.c decides whether the agent speaks
+ * it, and what it sends.
+ *
+ * db_exec_many sends several statements in one round trip as one
+ * transaction: libpq's pipeline mode, whose statements up to the Sync run
+ * in one implicit transaction that the server commits at the Sync, or
+ * rolls back whole at the first error (the statements after it are not
+ * run).  This rather than BEGIN ... COMMIT in one simple-query string: the
+ * statements keep their parameters (the token is never spliced into SQL
+ * text), each one's answer or error comes back on its own, and a failed
+ * transaction needs no ROLLBACK round trip to leave the session usable.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -34,17 +44,22 @@ static void (*notify_handler) (const char *channel, const char *payload);
 static char ext_version[64];
 /* its heartbeat takes a report and its complete an oom flag */
 static bool reports_taken;
+/* it has complete_many(host, token, epoch, procs, ... oom[]) */
+static bool batch_taken;
 
 /*
- * The version, and whether heartbeat(host, token, epoch, running, report)
- * and complete(..., max_rss, oom) are there (pg_extension and pg_proc are
- * readable by all).
+ * The version, whether heartbeat(host, token, epoch, running, report) and
+ * complete(..., max_rss, oom) are there, and whether complete_many(host,
+ * token, epoch, procs, exit_statuses, exit_signals, max_rss, oom) is
+ * (pg_extension and pg_proc are readable by all).
  */
 #define VERSION_QUERY \
 	"SELECT e.extversion, " \
 	"(SELECT count(*) FROM pg_catalog.pg_proc p WHERE p.pronamespace = e.extnamespace " \
 	"AND ((p.proname = 'heartbeat' AND p.pronargs = 5) " \
-	"OR (p.proname = 'complete' AND p.pronargs = 8))) = 2 " \
+	"OR (p.proname = 'complete' AND p.pronargs = 8))) = 2, " \
+	"EXISTS (SELECT FROM pg_catalog.pg_proc p WHERE p.pronamespace = e.extnamespace " \
+	"AND p.proname = 'complete_many' AND p.pronargs = 8) " \
 	"FROM pg_catalog.pg_extension e WHERE e.extname = 'frameq'"
 
 static void
@@ -54,6 +69,7 @@ take_version(PGresult *res)
 
 	snprintf(ext_version, sizeof(ext_version), "%s", found ? PQgetvalue(res, 0, 0) : "");
 	reports_taken = found && strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+	batch_taken = found && strcmp(PQgetvalue(res, 0, 2), "t") == 0;
 }
 
 void
@@ -221,6 +237,12 @@ db_reports_taken(void)
 }
 
 bool
+db_batch_taken(void)
+{
+	return conn && batch_taken;
+}
+
+bool
 db_server_utf8(void)
 {
 	const char *enc = conn ? PQparameterStatus(conn, "server_encoding") : NULL;
@@ -254,55 +276,65 @@ wait_socket(int events, int64_t deadline)
 	}
 }
 
-PGresult *
-db_exec(const char *sql, int nparams, const char *const *params, int timeout_ms,
-		int64_t *sent_at)
+/* send what libpq holds; false (disconnected) if that failed or took too long */
+static bool
+flush_out(int64_t deadline)
 {
-	int64_t		deadline;
-	PGresult   *res,
-			   *last = NULL;
 	int			rc;
 
-	if (!conn)
-		return NULL;
-	/* the lease clock before the statement leaves: see the deadline in main.c */
-	if (sent_at)
-		*sent_at = lease_clock_ns();
-	deadline = lease_clock_ns() + (int64_t) timeout_ms * 1000000;
-	if (!PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
-	{
-		db_disconnect(PQerrorMessage(conn));
-		return NULL;
-	}
 	while ((rc = PQflush(conn)) == 1)
 	{
 		if (!wait_socket(POLLIN | POLLOUT, deadline) || !PQconsumeInput(conn))
 		{
 			db_disconnect("no answer in time (sending)");
-			return NULL;
+			return false;
 		}
 	}
 	if (rc < 0)
 	{
 		db_disconnect(PQerrorMessage(conn));
-		return NULL;
+		return false;
 	}
+	return true;
+}
+
+/* wait until a result can be read without blocking; false: disconnected */
+static bool
+wait_result(int64_t deadline)
+{
+	while (PQisBusy(conn))
+	{
+		if (!wait_socket(POLLIN, deadline))
+		{
+			db_disconnect("no answer in time");
+			return false;
+		}
+		if (!PQconsumeInput(conn))
+		{
+			db_disconnect(PQerrorMessage(conn));
+			return false;
+		}
+	}
+	return true;
+}
+
+/*
+ * Read one statement's results, up to the NULL that ends them: the first
+ * error, else the last result, in *out.  False if the connection failed or
+ * gave no result (it is closed then).
+ */
+static bool
+read_results(int64_t deadline, PGresult **out)
+{
+	PGresult   *res,
+			   *last = NULL;
+
 	for (;;)
 	{
-		while (PQisBusy(conn))
+		if (!wait_result(deadline))
 		{
-			if (!wait_socket(POLLIN, deadline))
-			{
-				db_disconnect("no answer in time");
-				PQclear(last);
-				return NULL;
-			}
-			if (!PQconsumeInput(conn))
-			{
-				db_disconnect(PQerrorMessage(conn));
-				PQclear(last);
-				return NULL;
-			}
+			PQclear(last);
+			return false;
 		}
 		res = PQgetResult(conn);
 		if (!res)
@@ -320,15 +352,101 @@ db_exec(const char *sql, int nparams, const char *const *params, int timeout_ms,
 	{
 		db_disconnect(last ? PQresultErrorMessage(last) : PQerrorMessage(conn));
 		PQclear(last);
-		return NULL;
+		return false;
 	}
 	if (!last)
 	{
 		db_disconnect("no result");
+		return false;
+	}
+	*out = last;
+	return true;
+}
+
+PGresult *
+db_exec(const char *sql, int nparams, const char *const *params, int timeout_ms,
+		int64_t *sent_at)
+{
+	int64_t		deadline;
+	PGresult   *res;
+
+	if (!conn)
+		return NULL;
+	/* the lease clock before the statement leaves: see the deadline in main.c */
+	if (sent_at)
+		*sent_at = lease_clock_ns();
+	deadline = lease_clock_ns() + (int64_t) timeout_ms * 1000000;
+	if (!PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0))
+	{
+		db_disconnect(PQerrorMessage(conn));
 		return NULL;
 	}
+	if (!flush_out(deadline) || !read_results(deadline, &res))
+		return NULL;
 	drain_notifies();
-	return last;
+	return res;
+}
+
+bool
+db_exec_many(int n, const struct db_stmt *stmts, int timeout_ms, PGresult **results)
+{
+	int64_t		deadline;
+	PGresult   *sync;
+	int			i;
+
+	for (i = 0; i < n; i++)
+		results[i] = NULL;
+	if (!conn)
+		return false;
+	deadline = lease_clock_ns() + (int64_t) timeout_ms * 1000000;
+	if (!PQenterPipelineMode(conn))
+	{
+		db_disconnect(PQerrorMessage(conn));
+		return false;
+	}
+	for (i = 0; i < n; i++)
+		if (!PQsendQueryParams(conn, stmts[i].sql, stmts[i].nparams, NULL, stmts[i].params,
+							   NULL, NULL, 0))
+		{
+			db_disconnect(PQerrorMessage(conn));
+			return false;
+		}
+	if (!PQpipelineSync(conn))
+	{
+		db_disconnect(PQerrorMessage(conn));
+		return false;
+	}
+	if (!flush_out(deadline))
+		return false;
+	for (i = 0; i < n; i++)
+		if (!read_results(deadline, &results[i]))
+			goto lost;
+	/* the Sync's own result: the transaction has ended (committed or not) */
+	if (!wait_result(deadline))
+		goto lost;
+	sync = PQgetResult(conn);
+	if (!sync || PQresultStatus(sync) != PGRES_PIPELINE_SYNC)
+	{
+		PQclear(sync);
+		db_disconnect("no end of the pipeline");
+		goto lost;
+	}
+	PQclear(sync);
+	if (!PQexitPipelineMode(conn))
+	{
+		db_disconnect(PQerrorMessage(conn));
+		goto lost;
+	}
+	drain_notifies();
+	return true;
+
+lost:
+	for (i = 0; i < n; i++)
+	{
+		PQclear(results[i]);
+		results[i] = NULL;
+	}
+	return false;
 }
 
 bool

@@ -12,7 +12,11 @@
  *   3. run: heartbeat every third of the lease with every proc still alive
  *      here, reserve while there is room, launch each booking under a
  *      supervisor, report each end with complete(); the kill orders in the
- *      answer of an attach or heartbeat go to the supervisor at once;
+ *      answer of an attach or heartbeat go to the supervisor at once.  From
+ *      frameq 0.6.0 (FRAMEQ_BATCH) the ends that come together go in one
+ *      complete_many(), in one transaction with the reserve() of the room
+ *      they freed (send_batch: report what ended, book what fits, commit
+ *      once);
  *   4. on a lost lease (FQ001/FQ002): kill everything, wait until it is dead,
  *      attach again.
  *
@@ -145,6 +149,9 @@ static bool speaks_reports;
 
 /* ... and FRAMEQ_RUN_LOG or later */
 static bool speaks_run_log;
+
+/* ... and FRAMEQ_BATCH or later */
+static bool speaks_batch;
 
 /* where render cgroups go ("" none: memory is measured through /proc) */
 static char cgroup_base[PATH_MAX];
@@ -442,17 +449,21 @@ extension_spoken(void)
 	else
 	{
 		long		reports[3],
-					run_log[3];
+					run_log[3],
+					batch[3];
 
-		if (!parse_version(FRAMEQ_REPORTS, reports) || !parse_version(FRAMEQ_RUN_LOG, run_log))
+		if (!parse_version(FRAMEQ_REPORTS, reports) || !parse_version(FRAMEQ_RUN_LOG, run_log) ||
+			!parse_version(FRAMEQ_BATCH, batch))
 			abort();
 		speaks_reports = version_cmp(v, reports) >= 0;
 		speaks_run_log = version_cmp(v, run_log) >= 0;
+		speaks_batch = version_cmp(v, batch) >= 0;
 		return true;
 	}
 
 	speaks_reports = false;
 	speaks_run_log = false;
+	speaks_batch = false;
 	log_event("version-refused", "agent=%s frameq=%s speaks=%s-%s exit_status=%d message=\"%s\"",
 			  AGENT_VERSION, found[0] ? log_clean(found) : "none", FRAMEQ_OLDEST, FRAMEQ_NEWEST,
 			  EXIT_VERSION, log_clean(msg));
@@ -628,6 +639,33 @@ have_room(int *max_frames)
 	return true;
 }
 
+/* a render that could not even start: the host is broken, do not churn */
+static void
+note_launch_error(void)
+{
+	if (runs_take_launch_error())
+		launch_hold_until = lease_clock_ns() + SEC(10);
+}
+
+/*
+ * May the agent book now, whenever the time comes (a reserve of its own,
+ * or one with the reports of ended renders)?  Only with a lease, not
+ * stopping, with room (*max_frames: how many at most; 0 as many as fit),
+ * not after a render failed to start (for a while), and not while behind
+ * on renewals (heartbeats failing): a render launched then would soon be
+ * fenced.
+ */
+static bool
+may_book(int *max_frames)
+{
+	note_launch_error();
+	if (phase != PH_RUNNING || stopping || !have_room(max_frames))
+		return false;
+	if (lease_deadline - lease_clock_ns() < SEC(lease_ttl / 6))
+		return false;
+	return lease_clock_ns() >= launch_hold_until;
+}
+
 /* when the next reserve may go out; INT64_MAX if not now */
 static int64_t
 reserve_time(void)
@@ -636,10 +674,7 @@ reserve_time(void)
 
 	if (phase != PH_RUNNING || stopping || !have_room(&dummy))
 		return INT64_MAX;
-	/*
-	 * Behind on renewals (heartbeats failing): a render launched now would
-	 * soon be fenced, so book nothing until the lease is renewed.
-	 */
+	/* behind on renewals: see may_book */
 	if (lease_deadline - lease_clock_ns() < SEC(lease_ttl / 6))
 		return INT64_MAX;
 	return next_reserve > launch_hold_until ? next_reserve : launch_hold_until;
@@ -664,51 +699,77 @@ set_secret(struct booking *b, const char *s)
 }
 
 /*
- * Ask the server for bookings, at most max_frames of them (0: as many as
- * fit).  Returns the answer: one row per booking and env entry, the layer's
- * env as rows so that the agent needs no JSON parser.  On a failure,
- * returns NULL after deciding when to ask again: at once if the token file
- * holds a new token, else after the reserve interval.
+ * The reserve() statement: ask the server for bookings, at most max_frames
+ * of them (0: as many as fit).  Its answer has one row per booking and env
+ * entry, the layer's env as rows so that the agent needs no JSON parser.
+ * The progress pattern (FRAMEQ_REPORTS on) is read by name through
+ * to_jsonb, so that a booking without that column gives NULL, not an
+ * error.  The struct holds what the statement points to.
  */
-static struct pg_result *
-call_reserve(int max_frames)
+struct reserve_call
 {
 	char		ep[32],
 				mf[16];
-	const char *params[4] = {cfg.host, token, ep, NULL};
-	struct pg_result *res;
+	const char *params[4];
+	struct db_stmt st;
+};
 
-	snprintf(ep, sizeof(ep), "%" PRId64, epoch);
+static void
+reserve_stmt(struct reserve_call *c, int max_frames)
+{
+	snprintf(c->ep, sizeof(c->ep), "%" PRId64, epoch);
+	c->params[0] = cfg.host;
+	c->params[1] = token;
+	c->params[2] = c->ep;
+	c->params[3] = NULL;
 	if (max_frames > 0)
 	{
-		snprintf(mf, sizeof(mf), "%d", max_frames);
-		params[3] = mf;
+		snprintf(c->mf, sizeof(c->mf), "%d", max_frames);
+		c->params[3] = c->mf;
 	}
-	/*
-	 * The progress pattern (FRAMEQ_REPORTS on) is read by name through
-	 * to_jsonb, so that a booking without that column gives NULL, not an
-	 * error.
-	 */
-	res = db_exec(speaks_reports ?
-				  "SELECT b.proc, b.frame, b.job, b.layer, b.frame_number, b.command, "
-				  "b.cores::text, b.memory, b.gpus, b.gpu_memory, e.key, e.value, "
-				  "b.run_secret, to_jsonb(b) ->> 'progress_pattern' "
-				  "FROM frameq.reserve($1, $2, $3::bigint, $4::int) b "
-				  "LEFT JOIN LATERAL jsonb_each_text(b.env) e ON true" :
-				  "SELECT b.proc, b.frame, b.job, b.layer, b.frame_number, b.command, "
-				  "b.cores::text, b.memory, b.gpus, b.gpu_memory, e.key, e.value, "
-				  "b.run_secret, NULL::text "
-				  "FROM frameq.reserve($1, $2, $3::bigint, $4::int) b "
-				  "LEFT JOIN LATERAL jsonb_each_text(b.env) e ON true",
-				  4, params, call_timeout_ms(), NULL);
-	if (!res || db_ok(res))
-		return res;
+	c->st.sql = speaks_reports ?
+		"SELECT b.proc, b.frame, b.job, b.layer, b.frame_number, b.command, "
+		"b.cores::text, b.memory, b.gpus, b.gpu_memory, e.key, e.value, "
+		"b.run_secret, to_jsonb(b) ->> 'progress_pattern' "
+		"FROM frameq.reserve($1, $2, $3::bigint, $4::int) b "
+		"LEFT JOIN LATERAL jsonb_each_text(b.env) e ON true" :
+		"SELECT b.proc, b.frame, b.job, b.layer, b.frame_number, b.command, "
+		"b.cores::text, b.memory, b.gpus, b.gpu_memory, e.key, e.value, "
+		"b.run_secret, NULL::text "
+		"FROM frameq.reserve($1, $2, $3::bigint, $4::int) b "
+		"LEFT JOIN LATERAL jsonb_each_text(b.env) e ON true";
+	c->st.nparams = 4;
+	c->st.params = c->params;
+}
+
+/*
+ * A reserve failed: decide when to ask again, at once if the token file
+ * holds a new token, else after the reserve interval; a lost lease is
+ * dealt with (lease_error).
+ */
+static void
+reserve_failed(struct pg_result *res)
+{
 	next_reserve = lease_clock_ns() + SEC(cfg.reserve_interval);
 	if (!lease_error(res))
 		log_event("reserve-failed", "epoch=%" PRId64 " sqlstate=%s error=\"%s\"",
 				  epoch, db_sqlstate(res), db_error(res));
 	if (strcmp(db_sqlstate(res), "28P01") == 0 && token_refused("reserve"))
 		next_reserve = 0;
+}
+
+/* a reserve of its own: its answer, or NULL if it failed (then dealt with) */
+static struct pg_result *
+call_reserve(int max_frames)
+{
+	struct reserve_call c;
+	struct pg_result *res;
+
+	reserve_stmt(&c, max_frames);
+	res = db_exec(c.st.sql, c.st.nparams, c.st.params, call_timeout_ms(), NULL);
+	if (!res || db_ok(res))
+		return res;
+	reserve_failed(res);
 	db_clear(res);
 	return NULL;
 }
@@ -937,6 +998,122 @@ do_reserve(void)
 	next_reserve = nb > 0 ? now : now + SEC(cfg.reserve_interval);
 }
 
+/* the report window in force, while reports go in batches */
+static int64_t
+report_window_ns(void)
+{
+	return (int64_t) (cfg.report_window * 1000000.0);
+}
+
+/* do reports go in batches (complete_many), with the booking they make room for? */
+static bool
+batched(void)
+{
+	return speaks_batch && db_batch_taken();
+}
+
+/*
+ * Send one batch of reports: "report what ended, book what fits, commit
+ * once".  complete_many for its reports and, if the agent may book now
+ * and the batch is of the lease held, the reserve() of the room they
+ * freed, in one round trip and one transaction (db_exec_many), so that
+ * the booking can use what the releases freed.  All or nothing: if the
+ * completes fail, nothing happened and they are tried again after a
+ * backoff; if the booking fails, it took the completes with it, so they
+ * go again at once, alone (a booking that keeps failing, e.g. for a lost
+ * lease, must not hold up the reports); if the connection fails, whether
+ * it committed is unknown: the reports go again after the reconnect (then
+ * answered 'duplicate' if it had), and bookings the agent never saw are
+ * never listed, so the server releases them.  False if the round must end
+ * here and no other batch go now (no connection, a refused token, a
+ * dropped answer).
+ */
+static bool
+send_batch(struct report_batch *b)
+{
+	struct reserve_call rc;
+	struct db_stmt st[2];
+	struct pg_result *res[2];
+	const char *params[8];
+	char		ep[32];
+	int			n = 1,
+				max_frames,
+				nb = 0;
+	struct booking *bs = NULL;
+	enum report_fault fault = runs_batch_fault(b, cfg.fault_drop_reports);
+	bool		go_on = true;
+
+	if (fault == FAULT_BEFORE)
+		return true;
+	runs_batch_stmt(b, cfg.host, token, ep, sizeof(ep), params, &st[0]);
+	/* a dropped answer is the reports' fault only: it takes no booking with it */
+	if (!b->alone && fault == FAULT_NONE && b->epoch == epoch && may_book(&max_frames))
+	{
+		reserve_stmt(&rc, max_frames);
+		st[n++] = rc.st;
+		last_reserve_at = lease_clock_ns();
+	}
+	if (!db_exec_many(n, st, call_timeout_ms(), res))
+		return false;
+	if (fault == FAULT_AFTER)
+	{
+		runs_batch_discard(b, res[0]);
+		for (int i = 0; i < n; i++)
+			db_clear(res[i]);
+		return false;
+	}
+	if (!db_ok(res[0]))
+	{
+		(void) lease_error(res[0]);
+		go_on = runs_batch_failed(b, res[0], "complete");
+	}
+	else if (n == 2 && !db_ok(res[1]))
+	{
+		runs_batch_failed(b, NULL, "reserve");
+		reserve_failed(res[1]);
+	}
+	else
+	{
+		if (n == 2)
+			bs = bookings_from_answer(res[1], &nb);
+		runs_batch_answers(b, res[0], n == 2 ? nb : -1);
+		if (n == 2)
+		{
+			/* the room the ends freed is booked: no reserve of its own for it */
+			(void) runs_take_ended();
+			launch_bookings(bs, nb);
+			next_reserve = lease_clock_ns() + (nb > 0 ? 0 : SEC(cfg.reserve_interval));
+		}
+	}
+	free(bs);
+	for (int i = 0; i < n; i++)
+		db_clear(res[i]);
+	return go_on && db_connected();
+}
+
+/*
+ * Send the batches that are due.  One that may have carried a booking ends
+ * the round: the heartbeat may be due, and renders that ended meanwhile
+ * are reaped by the main loop and go in the next batch.  False if the
+ * connection was lost.
+ */
+static bool
+send_batches(void)
+{
+	struct report_batch b;
+
+	while (runs_batch_take(&b, phase == PH_ATTACH, report_window_ns()))
+	{
+		bool		alone = b.alone || b.epoch != epoch || phase != PH_RUNNING;
+		bool		go_on = send_batch(&b);
+
+		runs_batch_free(&b);
+		if (!go_on || !alone)
+			break;
+	}
+	return db_connected();
+}
+
 /*
  * A notification on the host's channel: a hint that a kill order may be
  * waiting, nothing more.  Anyone who can connect can send one, with any
@@ -1132,7 +1309,8 @@ connect_if_needed(int64_t now)
 static bool
 send_reports(void)
 {
-	if (!runs_send_reports(cfg.host, token, phase == PH_ATTACH, call_timeout_ms(),
+	if (batched() ? !send_batches() :
+		!runs_send_reports(cfg.host, token, phase == PH_ATTACH, call_timeout_ms(),
 						   cfg.fault_drop_reports, reports_taken()))
 		return false;
 	/* 28P01: re-read the token file; the reports go out again next round */
@@ -1223,9 +1401,7 @@ hold_lease(void)
 		return;
 	if (phase != PH_RUNNING || stopping)
 		return;
-	/* a render that could not even start: the host is broken, do not churn */
-	if (runs_take_launch_error())
-		launch_hold_until = lease_clock_ns() + SEC(10);
+	note_launch_error();
 	/* room again: ask at once */
 	if (runs_take_ended())
 		next_reserve = 0;
@@ -1316,14 +1492,16 @@ wait_events(void)
 	}
 	else
 	{
+		int64_t		report_at = runs_next_report(batched() ? report_window_ns() : 0);
+
 		if ((phase == PH_RUNNING || phase == PH_ATTACH) && next_heartbeat < wake)
 			wake = next_heartbeat;
 		if (hint_time() < wake)
 			wake = hint_time();
 		if (reserve_time() < wake)
 			wake = reserve_time();
-		if (runs_next_report() < wake)
-			wake = runs_next_report();
+		if (report_at < wake)
+			wake = report_at;
 	}
 	if (runs_next_poll() < wake)
 		wake = runs_next_poll();

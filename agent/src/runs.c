@@ -22,6 +22,18 @@
  * The state directory mirrors the table (statefile.c), so that an agent that
  * died can be followed by one that knows what ran.
  *
+ * Reports in batches (frameq 0.6.0, complete_many): a report waits up to
+ * the report window (--report-window) for other renders of the host to
+ * end, unless none is running; then every pending report of its epoch goes
+ * in one complete_many call, which main.c sends in one transaction with
+ * the reserve() of the room they freed.  Renders that end while a report
+ * is in flight are reaped after its answer and go in the next batch.  Each
+ * element's answer is taken exactly as a single complete()'s.  If the
+ * transaction fails, none of it happened: the reports stay pending (with a
+ * backoff if the completes failed; at once, and without a booking, if the
+ * booking failed and took them with it), and a lost answer is sent again
+ * and answers 'duplicate'.
+ *
  * Each supervisor gets, with every deadline, the most memory its render's
  * tree may use: its booking plus the host's unbooked memory (the memory
  * the host offers less the bookings of every render alive now).  It
@@ -75,6 +87,8 @@ struct run
 	bool		report;			/* complete() not yet acknowledged */
 	int64_t		next_report;
 	int			report_tries;
+	int64_t		ended_ns;		/* when its end was seen: the report window's start */
+	bool		alone;			/* its next report goes without a booking */
 
 	struct output out;			/* its log file, for the heartbeat's report */
 };
@@ -271,6 +285,7 @@ finalize(struct run *r)
 	}
 	r->report = true;
 	r->next_report = 0;
+	r->ended_ns = lease_clock_ns();
 }
 
 static void
@@ -711,13 +726,6 @@ report_later(struct run *r, int64_t now)
  * attempt gets, drawn at random per attempt.  Half of the drops happen
  * before the report is sent, half after its answer has arrived.
  */
-enum report_fault
-{
-	FAULT_NONE,
-	FAULT_BEFORE,				/* not sent at all */
-	FAULT_AFTER					/* sent and committed; the answer is lost */
-};
-
 static enum report_fault
 report_fault(double drop_percent)
 {
@@ -798,6 +806,18 @@ discard_answer(const struct run *r, struct pg_result *res)
 	db_disconnect("fault injection: report answer dropped");
 }
 
+/* the server answered a report (accepted, duplicate or stale) */
+static void
+log_reported(const struct run *r, const char *answer, bool with_oom)
+{
+	log_event("reported", "proc=%" PRId64 " frame=%" PRId64 " epoch=%" PRId64 " exit_status=%d exit_signal=%d max_rss=%" PRId64 " oom=%s answer=%s%s",
+			  r->b.proc, r->b.frame, r->epoch, r->res.exit_status,
+			  r->res.exit_signal, r->res.max_rss,
+			  !with_oom ? "not-sent" : r->res.oom ? "yes" : "no", answer,
+			  strcmp(answer, "stale") == 0 ?
+			  " note=\"not this host's live proc any more: its output must not be published\"" : "");
+}
+
 /*
  * Act on complete()'s answer: an acknowledged report is done and its run
  * dropped; a failed one is tried again after a backoff.  False if the host
@@ -810,14 +830,7 @@ take_answer(struct run *r, struct pg_result *res, int64_t now, bool with_oom)
 {
 	if (db_ok(res) && db_ntuples(res) == 1)
 	{
-		const char *answer = db_value(res, 0, 0);
-
-		log_event("reported", "proc=%" PRId64 " frame=%" PRId64 " epoch=%" PRId64 " exit_status=%d exit_signal=%d max_rss=%" PRId64 " oom=%s answer=%s%s",
-				  r->b.proc, r->b.frame, r->epoch, r->res.exit_status,
-				  r->res.exit_signal, r->res.max_rss,
-				  !with_oom ? "not-sent" : r->res.oom ? "yes" : "no", answer,
-				  strcmp(answer, "stale") == 0 ?
-				  " note=\"not this host's live proc any more: its output must not be published\"" : "");
+		log_reported(r, db_value(res, 0, 0), with_oom);
 		db_clear(res);
 		drop(r);
 		return true;
@@ -906,13 +919,253 @@ runs_next_poll(void)
 	return t;
 }
 
+/* when r's report is due: its backoff, and the report window if others run */
+static int64_t
+report_due(const struct run *r, int64_t window_ns, bool others_run)
+{
+	int64_t		t = r->next_report;
+
+	if (others_run && !r->alone && r->ended_ns + window_ns > t)
+		t = r->ended_ns + window_ns;
+	return t;
+}
+
 int64_t
-runs_next_report(void)
+runs_next_report(int64_t window_ns)
 {
 	int64_t		t = INT64_MAX;
+	bool		others_run = runs_alive() > 0;
 
 	for (struct run *r = runs; r; r = r->next)
-		if (r->report && r->next_report < t)
-			t = r->next_report;
+		if (r->report && report_due(r, window_ns, others_run) < t)
+			t = report_due(r, window_ns, others_run);
 	return t;
+}
+
+/* ------------------------------------------------------ reports in batches */
+
+/* a growing array literal, "{a,b,c}" */
+struct literal
+{
+	char	   *s;
+	size_t		len,
+				cap;
+};
+
+static void
+literal_add(struct literal *l, const char *v)
+{
+	size_t		need = l->len + strlen(v) + 3;
+	char		sep;
+
+	if (need > l->cap)
+	{
+		l->cap = need * 2;
+		l->s = realloc(l->s, l->cap);
+		if (!l->s)
+			abort();
+	}
+	sep = l->len == 0 ? '{' : ',';
+	l->s[l->len++] = sep;
+	memcpy(l->s + l->len, v, strlen(v));
+	l->len += strlen(v);
+	l->s[l->len] = '\0';
+}
+
+static char *
+literal_end(struct literal *l)
+{
+	if (l->len == 0)
+		literal_add(l, "");
+	l->s[l->len++] = '}';
+	l->s[l->len] = '\0';
+	return l->s;
+}
+
+bool
+runs_batch_take(struct report_batch *b, bool all_now, int64_t window_ns)
+{
+	int64_t		now = lease_clock_ns();
+	bool		others_run = runs_alive() > 0;
+	struct run *first = NULL;
+	struct literal procs = {0},
+				statuses = {0},
+				signals = {0},
+				rss = {0},
+				ooms = {0};
+
+	memset(b, 0, sizeof(*b));
+	/* due when any of its reports is; then it takes every one it may */
+	for (struct run *r = runs; r && !first; r = r->next)
+		if (r->report && (all_now || now >= report_due(r, window_ns, others_run)))
+			first = r;
+	if (!first)
+		return false;
+	b->epoch = first->epoch;
+	b->runs = calloc(REPORT_BATCH_MAX, sizeof(*b->runs));
+	for (struct run *r = runs; r && b->n < REPORT_BATCH_MAX; r = r->next)
+	{
+		char		num[32];
+
+		if (!r->report || r->epoch != b->epoch || (!all_now && now < r->next_report))
+			continue;
+		b->runs[b->n++] = r;
+		b->alone |= r->alone;
+		snprintf(num, sizeof(num), "%" PRId64, r->b.proc);
+		literal_add(&procs, num);
+		snprintf(num, sizeof(num), "%d", r->res.exit_status);
+		literal_add(&statuses, num);
+		snprintf(num, sizeof(num), "%d", r->res.exit_signal);
+		literal_add(&signals, num);
+		snprintf(num, sizeof(num), "%" PRId64, r->res.max_rss);
+		literal_add(&rss, r->res.max_rss >= 0 ? num : "NULL");
+		literal_add(&ooms, r->res.oom ? "t" : "f");
+	}
+	b->procs = literal_end(&procs);
+	b->statuses = literal_end(&statuses);
+	b->signals = literal_end(&signals);
+	b->max_rss = literal_end(&rss);
+	b->ooms = literal_end(&ooms);
+	return true;
+}
+
+void
+runs_batch_free(struct report_batch *b)
+{
+	free(b->runs);
+	free(b->procs);
+	free(b->statuses);
+	free(b->signals);
+	free(b->max_rss);
+	free(b->ooms);
+	memset(b, 0, sizeof(*b));
+}
+
+void
+runs_batch_stmt(const struct report_batch *b, const char *host, const char *token,
+				char *epoch, size_t epochlen, const char **params, struct db_stmt *st)
+{
+	snprintf(epoch, epochlen, "%" PRId64, b->epoch);
+	params[0] = host;
+	params[1] = token;
+	params[2] = epoch;
+	params[3] = b->procs;
+	params[4] = b->statuses;
+	params[5] = b->signals;
+	params[6] = b->max_rss;
+	params[7] = b->ooms;
+	/* one row per report, in the order sent */
+	st->sql = "SELECT u.answer FROM pg_catalog.unnest(frameq.complete_many($1, $2, $3::bigint, "
+		"$4::bigint[], $5::int[], $6::int[], $7::bigint[], $8::boolean[])) "
+		"WITH ORDINALITY AS u(answer, i) ORDER BY u.i";
+	st->nparams = 8;
+	st->params = params;
+}
+
+enum report_fault
+runs_batch_fault(struct report_batch *b, double drop_percent)
+{
+	enum report_fault fault = report_fault(drop_percent);
+	int64_t		now = lease_clock_ns();
+
+	if (fault != FAULT_BEFORE)
+		return fault;
+	for (int i = 0; i < b->n; i++)
+	{
+		struct run *r = b->runs[i];
+		double		retry_in = report_later(r, now);
+
+		log_event("report-dropped", "proc=%" PRId64 " frame=%" PRId64 " when=before retry_in=%.1fs reason=\"fault injection: not sent\"",
+				  r->b.proc, r->b.frame, retry_in);
+	}
+	return fault;
+}
+
+void
+runs_batch_discard(struct report_batch *b, struct pg_result *res)
+{
+	bool		answered = db_ok(res) && db_ntuples(res) == b->n;
+
+	for (int i = 0; i < b->n; i++)
+	{
+		struct run *r = b->runs[i];
+
+		if (answered)
+			log_event("report-dropped", "proc=%" PRId64 " frame=%" PRId64 " when=after discarded=%s reason=\"fault injection: answer discarded, connection closed\"",
+					  r->b.proc, r->b.frame, db_value(res, i, 0));
+		else
+			log_event("report-dropped", "proc=%" PRId64 " frame=%" PRId64 " when=after discarded=error sqlstate=%s reason=\"fault injection: answer discarded, connection closed\"",
+					  r->b.proc, r->b.frame, db_sqlstate(res));
+	}
+	db_disconnect("fault injection: report answer dropped");
+}
+
+bool
+runs_batch_answers(struct report_batch *b, struct pg_result *res, int booked)
+{
+	struct literal procs = {0},
+				answers = {0};
+	char		num[32];
+
+	if (db_ntuples(res) != b->n)
+	{
+		/* not the answer complete_many gives: keep them all, send them again */
+		double		retry_in = 0;
+
+		for (int i = 0; i < b->n; i++)
+			retry_in = report_later(b->runs[i], lease_clock_ns());
+		log_event("batch-failed", "epoch=%" PRId64 " procs=%s part=complete error=\"%d answers to %d reports\" retry_in=%.1fs",
+				  b->epoch, b->procs, db_ntuples(res), b->n, retry_in);
+		return false;
+	}
+	for (int i = 0; i < b->n; i++)
+	{
+		snprintf(num, sizeof(num), "%" PRId64, b->runs[i]->b.proc);
+		literal_add(&procs, num);
+		literal_add(&answers, db_value(res, i, 0));
+	}
+	/* what the checker of the fault harness matches against the runs */
+	if (booked >= 0)
+		snprintf(num, sizeof(num), "%d", booked);
+	log_event("batch", "epoch=%" PRId64 " reports=%d procs=%s answers=%s booked=%s",
+			  b->epoch, b->n, procs.s + 1, answers.s + 1, booked < 0 ? "none" : num);
+	free(procs.s);
+	free(answers.s);
+	for (int i = 0; i < b->n; i++)
+	{
+		log_reported(b->runs[i], db_value(res, i, 0), true);
+		drop(b->runs[i]);
+		b->runs[i] = NULL;
+	}
+	b->n = 0;
+	return true;
+}
+
+bool
+runs_batch_failed(struct report_batch *b, struct pg_result *res, const char *part)
+{
+	int64_t		now = lease_clock_ns();
+	bool		token = res && strcmp(db_sqlstate(res), "28P01") == 0;
+	double		retry_in = 0;
+
+	for (int i = 0; i < b->n; i++)
+	{
+		struct run *r = b->runs[i];
+
+		if (!res)
+		{
+			/* the booking failed and took the completes with it: again, alone */
+			r->alone = true;
+			r->next_report = now;
+		}
+		else if (!token)
+			retry_in = report_later(r, now);
+	}
+	log_event("batch-failed", "epoch=%" PRId64 " procs=%s part=%s sqlstate=%s error=\"%s\" retry_in=%.1fs%s",
+			  b->epoch, b->procs, part, res ? db_sqlstate(res) : "-",
+			  res ? db_error(res) : "the booking failed, so its transaction rolled back",
+			  retry_in, res ? "" : " next=\"the reports again, without a booking\"");
+	if (token)
+		token_refused_flag = true;
+	return !token;
 }

@@ -24,7 +24,7 @@ export FRAMEQ_PORT
 # our own cluster, never one inherited from test/run
 unset FRAMEQ_CLUSTER_DIR FRAMEQ_PGDATA FRAMEQ_LOG
 # the agent reads FRAMEQ_<OPTION>: none may leak in from the caller
-for v in $(compgen -e | grep -E '^FRAMEQ_(CONNINFO|HOST|TOKEN_FILE|CORES|MEMORY|GPUS|TAGS|STATE_DIR|LOG_DIR|WORK_DIR|KILL_GRACE|MAX_FRAMES|KILL_ON_TERM|FINISH_ON_TERM|ENFORCE_MEMORY|NO_ENFORCE_MEMORY|RESERVE_INTERVAL|FAULT_DROP_REPORTS|CONFIG)$'); do
+for v in $(compgen -e | grep -E '^FRAMEQ_(CONNINFO|HOST|TOKEN_FILE|CORES|MEMORY|GPUS|TAGS|STATE_DIR|LOG_DIR|WORK_DIR|KILL_GRACE|MAX_FRAMES|KILL_ON_TERM|FINISH_ON_TERM|ENFORCE_MEMORY|NO_ENFORCE_MEMORY|RESERVE_INTERVAL|REPORT_WINDOW|FAULT_DROP_REPORTS|CONFIG)$'); do
 	unset "$v"
 done
 # shellcheck source=../../test/cluster.sh
@@ -309,8 +309,15 @@ for line in sys.stdin:
         if e.get("proc") == int(sys.argv[1]):
             print(json.dumps(e, ensure_ascii=False))' "$1"
 }
-# completed PROC: the parameters of the complete() calls for PROC
-completed() { sent complete | python3 -c 'import json, sys
+# completed PROC: the parameters of the complete() calls for PROC, and of
+# PROC's element of each complete_many() call (frameq 0.6.0), in the same
+# form: [host, token, epoch, proc, exit_status, exit_signal, max_rss, oom]
+completed() { { sent complete; sent complete_many | python3 -c 'import json, sys
+for line in sys.stdin:
+    p = json.loads(line)
+    cols = [[None if v == "NULL" else v for v in a.strip("{}").split(",")] for a in p[3:]]
+    for i in range(len(cols[0])):
+        print(json.dumps(p[:3] + [c[i] for c in cols]))'; } | python3 -c 'import json, sys
 for line in sys.stdin:
     p = json.loads(line)
     if p[3] == sys.argv[1]:

@@ -60,10 +60,13 @@ reported=$(grep -c ' reported ' "$T/a.log")
 reported_procs=$(grep ' reported ' "$T/a.log" | sed 's/.* proc=\([0-9]*\) .*/\1/' | sort -u | wc -l)
 [[ $reported == 30 && $reported_procs == 30 ]] && ok "each of the 30 procs was reported (answered) exactly once" ||
 	fail "reported lines: $reported, procs: $reported_procs"
-# each dropped answer closed the connection, and the agent came back
+# each dropped answer closed the connection (once for a batch of reports),
+# and the agent came back
 connects=$(grep -c ' connected ' "$T/a.log")
-[[ $connects -ge $((after + 1)) ]] && ok "the agent reconnected after each dropped answer ($connects connections)" ||
-	fail "$connects connections for $after dropped answers"
+closed=$(grep -c ' disconnected reason="fault injection: report answer dropped"' "$T/a.log")
+[[ $closed -ge 1 && $closed -le $after && $connects -ge $((closed + 1)) ]] &&
+	ok "the agent reconnected after each dropped answer ($connects connections, $closed closed by a drop)" ||
+	fail "$connects connections, $closed closed by a drop, for $after dropped answers"
 check_clean
 
 stop_agent a

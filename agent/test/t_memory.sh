@@ -2,7 +2,8 @@
 # A render's memory, measured over its whole process tree, and the kill of
 # a tree that uses more than its booking plus the host's unbooked memory
 # (--enforce-memory, the default), as the server receives them: complete()'s
-# max_rss and oom arguments, read from the server's log of the agent's calls
+# max_rss and oom arguments (or the render's element of complete_many()'s,
+# frameq 0.6.0), read from the server's log of the agent's calls
 # (log_statement = all for the host's role), and the run's reason (oom).
 #
 # The renders are real memory hogs: hog.py fills MB megabytes (in 32 MB

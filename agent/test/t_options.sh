@@ -10,7 +10,7 @@ rc=$?
 [[ $rc == 0 ]] || fail "--help exited $rc"
 missing=""
 for o in conninfo host token-file cores memory gpus tags state-dir log-dir kill-grace \
-	max-frames kill-on-term finish-on-term work-dir config reserve-interval fault-drop-reports \
+	max-frames kill-on-term finish-on-term work-dir config reserve-interval report-window fault-drop-reports \
 	enforce-memory no-enforce-memory help version; do
 	grep -q -- "--$o\b" <<<"$help" || missing+=" --$o"
 	if [[ $o != help && $o != version ]]; then
@@ -34,6 +34,12 @@ for v in 101 abc -1; do
 	rc=$?
 	[[ $rc == 2 && $out == *"invalid value for fault-drop-reports"* ]] &&
 		ok "--fault-drop-reports $v is refused" || fail "--fault-drop-reports $v: exit $rc: $out"
+done
+for v in 1001 abc -1; do
+	out=$("$AGENT_BIN" --report-window "$v" --token-file /dev/null 2>&1)
+	rc=$?
+	[[ $rc == 2 && $out == *"invalid value for report-window"* ]] &&
+		ok "--report-window $v is refused" || fail "--report-window $v: exit $rc: $out"
 done
 out=$(FRAMEQ_FAULT_DROP_REPORTS=100.5 "$AGENT_BIN" --token-file /dev/null 2>&1)
 rc=$?

@@ -13,7 +13,8 @@
 # check() is clean.
 #
 # Then a report cut off in flight: a frame ends while another session holds
-# its proc row locked, so the agent's complete() waits; the agent's session
+# its proc row locked, so the agent's complete() (or, from frameq 0.6.0,
+# complete_many()) waits; the agent's session
 # is terminated while it waits (the answer is lost); the agent reconnects,
 # sends the report again, and the frame succeeds with its one run.
 source "$(dirname "$0")/lib.sh"
@@ -93,10 +94,10 @@ locker=$!
 wait_for 5 "the proc row locked" eval '[[ $(q "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '"'%pg_sleep(60)%'"' AND pid <> pg_backend_pid()") == 1 ]]' || finish
 touch "$T/w/go"
 waiting_complete() {
-	[[ $(q "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%frameq.complete(%' AND wait_event_type = 'Lock'") == 1 ]]
+	[[ $(q "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%frameq.complete%' AND wait_event_type = 'Lock'") == 1 ]]
 }
-wait_for 5 "the agent's complete() waits for the lock" waiting_complete || finish
-q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%frameq.complete(%' AND wait_event_type = 'Lock'" >/dev/null
+wait_for 5 "the agent's report waits for the lock" waiting_complete || finish
+q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%frameq.complete%' AND wait_event_type = 'Lock'" >/dev/null
 q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(60)%' AND pid <> pg_backend_pid()" >/dev/null
 wait "$locker" 2>/dev/null
 wait_for 10 "the frame succeeded" eval '[[ $(frame_state $job2 1) == succeeded ]]' || finish

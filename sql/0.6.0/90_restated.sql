@@ -1416,6 +1416,55 @@ BEGIN
 END
 $$;
 
+CREATE OR REPLACE FUNCTION frameq.attach(host text, token text, boot_id text,
+							  OUT epoch bigint, OUT lease_ttl interval, OUT kill bigint[],
+							  OUT host_id int, OUT channel text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = 0 AS $$
+#variable_conflict use_column
+DECLARE
+	h frameq.host := frameq._host_lock(host, token);
+BEGIN
+	/* a reboot's releases and the kill orders wait at most frameq.lock_wait for others' locks */
+	PERFORM frameq._bound_lock_waits();
+	/* before the first write of procs: see _ledger_ensure */
+	PERFORM frameq._ledger_ensure();
+	PERFORM frameq._not_null(boot_id, 'boot_id');
+	PERFORM frameq._bounded(boot_id, 'boot_id', 200);
+	IF boot_id = '' THEN
+		RAISE EXCEPTION 'boot_id must not be empty' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF h.boot_id IS DISTINCT FROM boot_id AND h.boot_id IS NOT NULL THEN
+		/* the machine rebooted: nothing of its earlier life can still run */
+		PERFORM frameq._release_procs(ARRAY(SELECT x.id FROM frameq.proc x WHERE x.host = h.id),
+									  'host_rebooted');
+	ELSE
+		/*
+		 * same boot: the earlier agent's renders may live on; order them
+		 * killed, locking them first in id order, as a complete_many() of
+		 * the earlier agent does (it does not take the host lock)
+		 */
+		PERFORM 1 FROM frameq.proc x WHERE x.host = h.id AND x.state = 'running'
+		 ORDER BY x.id FOR NO KEY UPDATE;
+		UPDATE frameq.proc x SET state = 'killing', kill_reason = 'agent re-attached',
+			   kill_at = clock_timestamp(), want_state = 'waiting'
+		 WHERE x.host = h.id AND x.state = 'running';
+	END IF;
+	lease_ttl := frameq._lease_ttl();
+	UPDATE frameq.host x SET epoch = h.epoch + 1, boot_id = attach.boot_id,
+		   lease_expires_at = clock_timestamp() + attach.lease_ttl,
+		   last_renewal_at = clock_timestamp(),
+		   /* a host down only because it lost its lease is back */
+		   state = CASE WHEN x.down_reason = 'lease_lost' THEN 'up' ELSE x.state END,
+		   down_reason = CASE WHEN x.down_reason = 'lease_lost' THEN NULL ELSE x.down_reason END
+	 WHERE x.id = h.id;
+	epoch := h.epoch + 1;
+	kill := ARRAY(SELECT x.id FROM frameq.proc x WHERE x.host = h.id ORDER BY x.id);
+	/* where the worker announces this host's kill orders: LISTEN on it */
+	host_id := h.id;
+	channel := 'frameq_host_' || h.id;
+END
+$$;
+
 CREATE FUNCTION frameq.report_log(host text, token text, epoch bigint, proc bigint, log text)
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = 0 AS $$
@@ -1489,9 +1538,12 @@ BEGIN
 			 * A completion in flight may have seen these tasks still live
 			 * and left the job open: wait for every one of them (a release
 			 * deletes its proc row, which our KEY SHARE lock waits for)
-			 * before deciding whether the job is finished.
+			 * before deciding whether the job is finished.  In id order,
+			 * the order a complete_many() deletes a job's procs in: else
+			 * we could hold one it is still to delete while waiting for
+			 * one it has deleted.
 			 */
-			PERFORM 1 FROM frameq.proc x WHERE x.job = j FOR KEY SHARE;
+			PERFORM 1 FROM frameq.proc x WHERE x.job = j ORDER BY x.id FOR KEY SHARE;
 			PERFORM frameq._finish_job_if_done(j);
 		END LOOP;
 	END IF;
@@ -1783,8 +1835,11 @@ DECLARE
 BEGIN
 	PERFORM frameq._authorize_job(job);
 	PERFORM frameq._reason(reason);
-	/* lock order as in complete(): the job's procs, then the job row */
-	PERFORM 1 FROM frameq.proc x WHERE x.job = kill_job.job FOR NO KEY UPDATE;
+	/*
+	 * lock order as in complete(): the job's procs, in id order (as
+	 * complete_many and _release_procs lock several), then the job row
+	 */
+	PERFORM 1 FROM frameq.proc x WHERE x.job = kill_job.job ORDER BY x.id FOR NO KEY UPDATE;
 	/* FOR UPDATE conflicts with retry_frame's SHARE lock on the job row */
 	SELECT * INTO j FROM frameq.job x WHERE x.id = frameq._not_null(kill_job.job, 'job')
 	   FOR UPDATE;
@@ -1826,7 +1881,9 @@ BEGIN
 	IF state IN ('down', 'repair') THEN
 		/* its work is ordered killed; the frames stay held until that is confirmed */
 		PERFORM frameq._kill_order(x.id, pg_catalog.format('host set %s', set_host_state.state), 'waiting')
-		   FROM frameq.proc x WHERE x.host = h.id AND x.state = 'running';
+		   FROM frameq.proc x WHERE x.host = h.id AND x.state = 'running'
+		 /* in id order, as complete_many locks several: it does not take the host lock */
+		 ORDER BY x.id;
 	END IF;
 	UPDATE frameq.host x SET state = set_host_state.state,
 		   down_reason = CASE WHEN set_host_state.state = 'up' THEN NULL ELSE 'operator' END
@@ -2073,6 +2130,19 @@ BEGIN
 	PERFORM frameq._tally_add('lease_expired', '', n);
 	RETURN n;
 END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq._shift_deadlines(jump interval) RETURNS bigint
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	/* locked in id order first, as complete_many locks several procs */
+	WITH s AS (
+		UPDATE frameq.proc x SET timeout_at = x.timeout_at OPERATOR(pg_catalog.+) jump
+		 WHERE x.id OPERATOR(pg_catalog.=) ANY (ARRAY(
+				SELECT y.id FROM frameq.proc y
+				 WHERE y.state OPERATOR(pg_catalog.=) 'running' AND y.timeout_at IS NOT NULL
+				 ORDER BY y.id FOR NO KEY UPDATE))
+		   AND x.state OPERATOR(pg_catalog.=) 'running' AND x.timeout_at IS NOT NULL RETURNING 1)
+	SELECT pg_catalog.count(*) FROM s
 $$;
 
 CREATE FUNCTION frameq._prunable(job bigint, cutoff timestamptz) RETURNS bool

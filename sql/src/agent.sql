@@ -38,7 +38,13 @@ BEGIN
 		PERFORM frameq._release_procs(ARRAY(SELECT x.id FROM frameq.proc x WHERE x.host = h.id),
 									  'host_rebooted');
 	ELSE
-		/* same boot: the earlier agent's renders may live on; order them killed */
+		/*
+		 * same boot: the earlier agent's renders may live on; order them
+		 * killed, locking them first in id order, as a complete_many() of
+		 * the earlier agent does (it does not take the host lock)
+		 */
+		PERFORM 1 FROM frameq.proc x WHERE x.host = h.id AND x.state = 'running'
+		 ORDER BY x.id FOR NO KEY UPDATE;
 		UPDATE frameq.proc x SET state = 'killing', kill_reason = 'agent re-attached',
 			   kill_at = clock_timestamp(), want_state = 'waiting'
 		 WHERE x.host = h.id AND x.state = 'running';

@@ -85,9 +85,12 @@ BEGIN
 			 * A completion in flight may have seen these tasks still live
 			 * and left the job open: wait for every one of them (a release
 			 * deletes its proc row, which our KEY SHARE lock waits for)
-			 * before deciding whether the job is finished.
+			 * before deciding whether the job is finished.  In id order,
+			 * the order a complete_many() deletes a job's procs in: else
+			 * we could hold one it is still to delete while waiting for
+			 * one it has deleted.
 			 */
-			PERFORM 1 FROM frameq.proc x WHERE x.job = j FOR KEY SHARE;
+			PERFORM 1 FROM frameq.proc x WHERE x.job = j ORDER BY x.id FOR KEY SHARE;
 			PERFORM frameq._finish_job_if_done(j);
 		END LOOP;
 	END IF;
@@ -439,8 +442,11 @@ DECLARE
 BEGIN
 	PERFORM frameq._authorize_job(job);
 	PERFORM frameq._reason(reason);
-	/* lock order as in complete(): the job's procs, then the job row */
-	PERFORM 1 FROM frameq.proc x WHERE x.job = kill_job.job FOR NO KEY UPDATE;
+	/*
+	 * lock order as in complete(): the job's procs, in id order (as
+	 * complete_many and _release_procs lock several), then the job row
+	 */
+	PERFORM 1 FROM frameq.proc x WHERE x.job = kill_job.job ORDER BY x.id FOR NO KEY UPDATE;
 	/* FOR UPDATE conflicts with retry_frame's SHARE lock on the job row */
 	SELECT * INTO j FROM frameq.job x WHERE x.id = frameq._not_null(kill_job.job, 'job')
 	   FOR UPDATE;
@@ -488,7 +494,9 @@ BEGIN
 	IF state IN ('down', 'repair') THEN
 		/* its work is ordered killed; the frames stay held until that is confirmed */
 		PERFORM frameq._kill_order(x.id, pg_catalog.format('host set %s', set_host_state.state), 'waiting')
-		   FROM frameq.proc x WHERE x.host = h.id AND x.state = 'running';
+		   FROM frameq.proc x WHERE x.host = h.id AND x.state = 'running'
+		 /* in id order, as complete_many locks several: it does not take the host lock */
+		 ORDER BY x.id;
 	END IF;
 	UPDATE frameq.host x SET state = set_host_state.state,
 		   down_reason = CASE WHEN set_host_state.state = 'up' THEN NULL ELSE 'operator' END

@@ -197,9 +197,14 @@ $$;
  */
 CREATE FUNCTION frameq._shift_deadlines(jump interval) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	/* locked in id order first, as complete_many locks several procs */
 	WITH s AS (
 		UPDATE frameq.proc x SET timeout_at = x.timeout_at OPERATOR(pg_catalog.+) jump
-		 WHERE x.state OPERATOR(pg_catalog.=) 'running' AND x.timeout_at IS NOT NULL RETURNING 1)
+		 WHERE x.id OPERATOR(pg_catalog.=) ANY (ARRAY(
+				SELECT y.id FROM frameq.proc y
+				 WHERE y.state OPERATOR(pg_catalog.=) 'running' AND y.timeout_at IS NOT NULL
+				 ORDER BY y.id FOR NO KEY UPDATE))
+		   AND x.state OPERATOR(pg_catalog.=) 'running' AND x.timeout_at IS NOT NULL RETURNING 1)
 	SELECT pg_catalog.count(*) FROM s
 $$;
 

@@ -74,9 +74,16 @@ and "wall".
 agents/<host>.log -- agent logs, one event per line:
     2026-11-29T12:00:00.123Z reported proc=1 frame=2 epoch=3 exit_status=0 \
         exit_signal=0 answer=accepted
-    Only "reported" lines are read (they need proc, frame and answer; answer
-    is accepted | duplicate | stale); values may be double-quoted. Lines
-    that do not start with a timestamp (stray stderr) are ignored.
+    2026-11-29T12:00:00.123Z batch epoch=3 reports=2 procs=1,4 \
+        answers=accepted,stale booked=2
+    Only "reported" lines (they need proc, frame and answer; answer is
+    accepted | duplicate | stale) and "batch" lines are read; values may be
+    double-quoted. A batch line is one transaction of the agent's reports
+    (frameq 0.6.0, complete_many): its epoch, how many reports, their procs
+    and answers in the order sent (comma-separated; each answer also has its
+    "reported" line), and the bookings it made (a count, or none); it needs
+    epoch, reports, procs and answers. Lines that do not start with a
+    timestamp (stray stderr) are ignored.
 
 final.json -- the database read after quiescence (times are DB wall seconds):
     params     ttl, drift, margin, render_max, freeze_k, quarantine, poll
@@ -355,6 +362,27 @@ C10_timeouts (when final.json's layers have timeout keys)
     timeout_overrun_max_seconds (the most a run without a fault in its way
     ran past its timeout), hung_renders (by mode), hung_ended_by (the
     reasons their runs ended with).
+C11_batches (the agents' batch lines)
+    Every accepted completion of a batch matches exactly one run that ended
+    for it, and the runs a batch ended, ended in its one transaction.
+    batch_answers      a batch whose procs and answers are not one for one,
+                       or not as many as its reports
+    batch_proc_twice   a proc twice in one batch
+    batch_ack_unmatched  an accepted element with no run that ended for it:
+                       the proc's run ended by a report (completed, killed,
+                       timeout, stalled, oom) on the batch's host, under
+                       its epoch; unless a failover was promoted at most
+                       LOSS_WINDOW after the batch line (stats
+                       batch_acks_lost_in_failover)
+    batch_ack_twice    a run that more than one accepted element matched
+                       (the later ones should have answered duplicate);
+                       unless a failover was promoted at most LOSS_WINDOW
+                       after each earlier one (it lost that commit)
+    batch_split        the runs of one batch's accepted elements ended in
+                       more than one transaction: their committed_at differ
+                       (runs without committed_at are not compared)
+    Stats: batches, batch_reports, batch_largest, batches_with_booking,
+    batch_answers (by answer), batch_acks_lost_in_failover.
 """
 
 import bisect
@@ -368,7 +396,7 @@ import sys
 
 CHECKS = ("C1_exclusivity", "C2_fencing", "C3_no_loss", "C4_caps",
           "C5_liveness", "C6_tokens", "C7_check", "C8_dependencies", "C9_delays",
-          "C10_timeouts")
+          "C10_timeouts", "C11_batches")
 TERMINAL = {"succeeded", "dead", "eaten"}
 INF = math.inf
 RECOVERY_SLACK = 10.0
@@ -384,6 +412,8 @@ DB_RESTARTS = {"worker_kill", "server_crash", "failover"}
 HOST_DELAYS = {"agent_stop", "host_freeze", "agent_kill", "proxy_blackhole", "proxy_reset",
                "proxy_delay", "drop_reports"}
 ENDED = {"succeeded", "eaten"}   # a prerequisite ended so frees its dependents
+# the reasons a run ends with when a report of its end is accepted
+REPORTED_ENDS = ("completed", "killed", "timeout", "stalled", "oom")
 
 
 class InputError(Exception):
@@ -523,10 +553,11 @@ def parse_log_time(text):
 
 
 def load_agent_logs(directory):
-    """The "reported" lines of every agents/<host>.log, as dicts."""
+    """The "reported" and the "batch" lines of every agents/<host>.log, as
+    two lists of dicts."""
     if not os.path.isdir(directory):
         raise InputError(f"missing {directory}/")
-    reports = []
+    reports, batches = [], []
     for name in sorted(os.listdir(directory)):
         if not name.endswith(".log"):
             continue
@@ -535,12 +566,16 @@ def load_agent_logs(directory):
         with open(path, encoding="utf-8", errors="replace") as f:
             for n, line in enumerate(f, 1):
                 m = LOG_LINE.match(line.rstrip("\n"))
-                if not m or m.group(2) != "reported":
+                if not m or m.group(2) not in ("reported", "batch"):
                     continue
                 kv = {}
                 for k, v in LOG_KV.findall(m.group(3)):
                     kv[k] = v[1:-1] if v.startswith('"') else v
                 where = f"{path}:{n}"
+                if m.group(2) == "batch":
+                    batches.append(parse_batch(kv, host, parse_log_time(m.group(1)), where,
+                                               line))
+                    continue
                 try:
                     rep = {"proc": int(kv["proc"]), "frame": int(kv["frame"]),
                            "answer": kv["answer"],
@@ -550,7 +585,26 @@ def load_agent_logs(directory):
                                      f"frame and an answer: {line.strip()!r:.120}") from None
                 rep.update(host=host, wall=parse_log_time(m.group(1)), where=where)
                 reports.append(rep)
-    return reports
+    return reports, batches
+
+
+def parse_batch(kv, host, wall, where, line):
+    """One batch line: epoch, reports, procs and answers (lists, in order)."""
+    try:
+        procs = [int(p) for p in kv["procs"].split(",")] if kv["procs"] else []
+        answers = kv["answers"].split(",") if kv["answers"] else []
+        batch = {"epoch": int(kv["epoch"]), "reports": int(kv["reports"]),
+                 "procs": procs, "answers": answers}
+    except (KeyError, ValueError):
+        raise InputError(f"{where}: batch line needs integer epoch and reports, procs "
+                         f"and answers: {line.strip()!r:.120}") from None
+    if any(a not in ("accepted", "duplicate", "stale") for a in answers):
+        raise InputError(f"{where}: batch answers must be accepted, duplicate or stale: "
+                         f"{kv['answers']!r:.80}")
+    booked = kv.get("booked", "none")
+    batch.update(booked=None if booked == "none" else booked, host=host, wall=wall,
+                 where=where)
+    return batch
 
 
 def load_final(path):
@@ -677,7 +731,7 @@ class Checker:
         hist = os.path.join(outdir, "history")
         self.render_events = load_renders(os.path.join(hist, "renders.jsonl"))
         self.harness, self.ignored_harness = load_harness(os.path.join(hist, "harness.jsonl"))
-        self.reports = load_agent_logs(os.path.join(outdir, "agents"))
+        self.reports, self.batches = load_agent_logs(os.path.join(outdir, "agents"))
         self.final = load_final(os.path.join(outdir, "final.json"))
         self.params = self.final["params"]
         self.violations = []
@@ -995,8 +1049,7 @@ class Checker:
             if rep["answer"] != "accepted":
                 continue
             runs = self.runs_by_proc.get(rep["proc"], [])
-            ended = [run for run in runs
-                     if run["reason"] in ("completed", "killed", "timeout", "stalled", "oom")]
+            ended = [run for run in runs if run["reason"] in REPORTED_ENDS]
             if ended:
                 # the DB recorded the report: it must be the report's own run
                 if not any((run["frame"], run["host"]) == (rep["frame"], rep["host"])
@@ -1494,6 +1547,71 @@ class Checker:
                           timeout_overrun_max_seconds=round(worst, 3),
                           hung_ended_by=dict(sorted(ended_by.items())))
 
+    def c11_batches(self):
+        c = "C11_batches"
+        failover_walls = sorted(fo["wall"] for fo in self.final["failovers"])
+
+        def lost_in_failover(batch):
+            return any(batch["wall"] < w <= batch["wall"] + LOSS_WINDOW for w in failover_walls)
+
+        matched = collections.defaultdict(list)     # proc -> the batches that matched its run
+        lost = 0
+        answers = collections.Counter()
+        for b in self.batches:
+            procs, where = b["procs"], f"{b['where']}: {b['host']}"
+            answers.update(b["answers"])
+            if len(procs) != len(b["answers"]) or len(procs) != b["reports"]:
+                self.violate(c, "batch_answers",
+                             f"{where}: a batch of {b['reports']} reports has {len(procs)} "
+                             f"procs and {len(b['answers'])} answers", host=b["host"])
+                continue
+            for proc, n in sorted(collections.Counter(procs).items()):
+                if n > 1:
+                    self.violate(c, "batch_proc_twice", f"{where}: proc {proc} is {n} times "
+                                 "in one batch", proc=proc, host=b["host"])
+            commits = {}
+            for proc, answer in zip(procs, b["answers"]):
+                if answer != "accepted":
+                    continue
+                runs = [run for run in self.runs_by_proc.get(proc, ())
+                        if run["reason"] in REPORTED_ENDS and run["host"] == b["host"]
+                        and run["epoch"] == b["epoch"]]
+                if len(runs) != 1:
+                    if not runs and lost_in_failover(b):
+                        lost += 1
+                        continue
+                    seen = ", ".join(f"{run['reason'] or 'live'} on {run['host']} epoch "
+                                     f"{run['epoch']}" for run in self.runs_by_proc.get(proc, ()))
+                    self.violate(c, "batch_ack_unmatched",
+                                 f"{where}: proc {proc} accepted in a batch of epoch "
+                                 f"{b['epoch']}, but {len(runs)} runs ended for it "
+                                 f"(its runs: {seen or 'none'})", proc=proc, host=b["host"],
+                                 frame=next((run["frame"] for run in
+                                             self.runs_by_proc.get(proc, ())), None))
+                    continue
+                matched[proc].append(b)
+                if runs[0].get("committed_at") is not None:
+                    commits[proc] = runs[0]["committed_at"]
+            if len(set(commits.values())) > 1:
+                self.violate(c, "batch_split",
+                             f"{where}: the runs of one batch ended in "
+                             f"{len(set(commits.values()))} transactions (committed at "
+                             + ", ".join(f"{p}: {t:.6f}" for p, t in sorted(commits.items()))
+                             + ")", procs=sorted(commits), host=b["host"])
+        for proc, bs in sorted(matched.items()):
+            if len(bs) > 1 and not all(lost_in_failover(b) for b in bs[:-1]):
+                run = next(run for run in self.runs_by_proc[proc] if run["reason"] in REPORTED_ENDS)
+                self.violate(c, "batch_ack_twice",
+                             f"proc {proc}: its run was accepted {len(bs)} times, in "
+                             + ", ".join(b["where"] for b in bs), proc=proc, frame=run["frame"])
+        self.stats.update(
+            batches=len(self.batches),
+            batch_reports=sum(len(b["procs"]) for b in self.batches),
+            batch_largest=max((len(b["procs"]) for b in self.batches), default=0),
+            batches_with_booking=sum(b["booked"] is not None for b in self.batches),
+            batch_answers=dict(sorted(answers.items())),
+            batch_acks_lost_in_failover=lost)
+
     def c7_check(self):
         for row in self.final["check"]:
             self.violate("C7_check", "check_row",
@@ -1513,6 +1631,7 @@ class Checker:
         self.c8_dependencies()
         self.c9_delays()
         self.c10_timeouts()
+        self.c11_batches()
         f = self.final
         publish_results = collections.Counter(
             ev["result"] for ev in self.render_events if ev["ev"] == "publish")
@@ -1568,6 +1687,9 @@ def summary(verdict):
                             if s["depends_recorded"] else "dependencies not recorded"),
         "C9_delays": (f"requeued runs {s['requeued_runs']}, runs that delayed their frame "
                       f"{s['delayed_runs']}" if s["delays_recorded"] else "delays not recorded"),
+        "C11_batches": (f"batches {s['batches']} ({s['batch_reports']} reports, at most "
+                        f"{s['batch_largest']} in one, {s['batches_with_booking']} with a "
+                        f"booking), answers {s['batch_answers']}"),
         "C10_timeouts": (f"timed runs {s['timed_runs']} ({s['timed_runs_extended_by_faults']} "
                          f"with faults in the way), most past a timeout "
                          f"{s['timeout_overrun_max_seconds']:.2f} s, hung renders "

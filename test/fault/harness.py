@@ -407,7 +407,10 @@ class Harness:
     # ---- database helpers -------------------------------------------------
 
     def sql(self, query, params=None, fetch=True, timeout=60):
-        """Run one statement on the primary, retrying through outages."""
+        """Run one statement on the primary, retrying through outages.  A
+        server that ends the session mid-statement (a crash restart) can
+        also leave psycopg2 an InterfaceError ("connection already closed")
+        rather than an OperationalError: an outage too."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -418,7 +421,7 @@ class Harness:
                         return cur.fetchall() if fetch else None
                 finally:
                     conn.close()
-            except psycopg2.OperationalError:
+            except (psycopg2.OperationalError, psycopg2.InterfaceError):
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.3)

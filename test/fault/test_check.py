@@ -74,6 +74,18 @@ class Farm:
         self.log(host, w, f"reported proc={proc} frame={frame} epoch={epoch} "
                           f"exit_status={status} exit_signal={signal} answer={answer}{extra}")
 
+    def batch(self, host, w, procs, answers, epoch=1, booked=0, reports=None):
+        """An agent's batch line: one transaction of its reports."""
+        self.log(host, w, f"batch epoch={epoch} reports={len(procs) if reports is None else reports} "
+                          f"procs={','.join(map(str, procs))} answers={','.join(answers)} "
+                          f"booked={booked}")
+
+    def committed(self, proc, t):
+        """The transaction that ended proc's run committed at monotonic t."""
+        for run in self.runs:
+            if run["proc"] == proc:
+                run["committed_at"] = wall(t)
+
     def fault(self, t_on, t_off, kind, target=None):
         n, self.next_fault = self.next_fault, self.next_fault + 1
         self.h(t_on, "fault_on", id=n, kind=kind, target=target)
@@ -270,6 +282,10 @@ def C8(kind, ident=None):
 
 def C9(kind, ident=None):
     return V("C9_delays", kind, ident)
+
+
+def C11(kind, ident=None):
+    return V("C11_batches", kind, ident)
 
 
 CASES = []
@@ -1140,6 +1156,69 @@ def hung_run_never_ended():
     f.procs.append({"id": 107, "frame": 7, "host": "h1", "state": "killing"})
     f.frames[7]["state"] = "running"
     return f, [C10("hung_not_ended", 7), C5("live_proc", 7), C3("frame_not_terminal", 7)], {}
+
+
+def batched():
+    """clean() as batches of reports: h1 reports frame 1 alone, with a
+    booking; h3 frames 4 and 5 in one transaction (one committed_at), and
+    frame 5 again (its answer lost: duplicate); h1 a stale report; h2 the
+    report of frame 6's first run, which the failover (1011) lost."""
+    f = clean()
+    f.batch("h1", wall(1006.05), [101], ["accepted"], booked=1)
+    f.committed(101, 1006.04)
+    f.batch("h3", wall(1010.06), [105, 104], ["accepted", "accepted"], booked="none")
+    f.committed(104, 1010.05)
+    f.committed(105, 1010.05)
+    f.batch("h3", wall(1010.5), [105], ["duplicate"])
+    f.batch("h1", wall(1013), [99], ["stale"])
+    f.batch("h2", wall(1010.85), [96], ["accepted"])
+    return f
+
+
+@case
+def batches_clean():
+    return batched(), [], {"batches": 5, "batch_reports": 6, "batch_largest": 2,
+                           "batches_with_booking": 4, "batch_acks_lost_in_failover": 1,
+                           "batch_answers": {"accepted": 4, "duplicate": 1, "stale": 1}}
+
+
+@case
+def batch_accepted_twice():
+    # frame 2's run accepted again, later: the answer should have been
+    # duplicate.  Accepted twice around the failover (1011) is no violation:
+    # the failover may have lost the first commit (frame 1's run)
+    f = batched()
+    f.batch("h2", wall(1025), [102], ["accepted"])
+    f.batch("h2", wall(1030), [102], ["accepted"])
+    f.batch("h1", wall(1010.5), [101], ["accepted"])
+    return f, [C11("batch_ack_twice", 2)], {"batches": 8}
+
+
+@case
+def batch_accepted_without_its_run():
+    # h1 accepts h2's proc 102; a proc the DB never had; proc 101 under another epoch
+    f = batched()
+    f.batch("h1", wall(1020), [102, 555], ["accepted", "accepted"])
+    f.batch("h1", wall(1021), [101], ["accepted"], epoch=2)
+    return f, [C11("batch_ack_unmatched", 2), C11("batch_ack_unmatched", None),
+               C11("batch_ack_unmatched", 1)], {}
+
+
+@case
+def batch_in_two_transactions():
+    # frames 4 and 5 in one batch, but their runs ended in two transactions
+    f = batched()
+    f.committed(104, 1009.5)
+    return f, [C11("batch_split")], {}
+
+
+@case
+def batch_malformed():
+    # two answers for three procs; a proc twice in one batch (accepted twice)
+    f = batched()
+    f.batch("h2", wall(1020), [102, 113, 102], ["accepted", "accepted"])
+    f.batch("h2", wall(1021), [113, 113], ["accepted", "accepted"])
+    return f, [C11("batch_answers"), C11("batch_proc_twice"), C11("batch_ack_twice", 3)], {}
 
 
 def ident(v):

@@ -13,7 +13,7 @@
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(50);
+SELECT plan(52);
 
 SELECT * FROM fqtest.farm('t78', cores => '{4,4}') \gset
 /* max_retries 1: a failed frame goes back to waiting once; no host blocks */
@@ -106,6 +106,11 @@ SELECT * FROM fqtest.refuses(format($$SELECT frameq.complete_many('t78-h1', %L, 
 																   array_fill(0, '{1001}'))$$,
 									:'tok1', :epoch1, :p8),
 	'54000', 'procs has 1001 elements, more than 1000', '1,001 reports: 54000');
+/* the bound is checked before an array is unpacked (that copy would be the cost) */
+SELECT * FROM fqtest.refuses(format($$SELECT frameq.complete_many('t78-h1', %L, %s, ARRAY[%s]::bigint[], '{0}',
+																   NULL, NULL, array_fill(false, '{5000000}'))$$,
+									:'tok1', :epoch1, :p8),
+	'54000', 'oom has 5000000 elements, more than 1000', 'an oom array of 5,000,000: 54000, named');
 SELECT * FROM fqtest.refuses(format($$SELECT frameq.complete_many('t78-h1', 'wrong', %s, ARRAY[%s]::bigint[], '{0}')$$,
 									:epoch1, :p8),
 	'28P01', 'invalid token for host "t78-h1"', 'a wrong token: 28P01');

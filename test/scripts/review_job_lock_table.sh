@@ -26,7 +26,9 @@ source "$(dirname "$0")/worker_lib.bash"
 cd "$(dirname "$0")/../.."
 need_debs python3-psycopg2
 
-own_cluster 54373 $'max_locks_per_transaction = 10\nframeq.quarantine = off'
+# (a lease of an hour: the steps over 4,000 jobs can outlast the default 30 s
+# on a loaded machine, and this test never renews its host's lease)
+own_cluster 54373 $'max_locks_per_transaction = 10\nframeq.quarantine = off\nframeq.lease_ttl = 3600s'
 cluster_start >/dev/null
 
 status=0
