@@ -11,6 +11,7 @@ OBJS = \
 	src/booking.o \
 	src/depends.o \
 	src/dispatch.o \
+	src/exprcache.o \
 	src/keys.o \
 	src/release.o \
 	src/util.o \

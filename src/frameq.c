@@ -43,6 +43,7 @@ _PG_init(void)
 	frameq_ledger_init();
 	frameq_dispatch_init();
 	frameq_worker_init();
+	frameq_exprcache_init();
 }
 
 void

@@ -279,6 +279,9 @@ extern void frameq_dispatch_reset(void);
 
 /* worker.c */
 extern void frameq_worker_init(void);
+
+/* exprcache.c */
+extern void frameq_exprcache_init(void);
 extern void frameq_worker_wake_at_commit(void);
 extern bool frameq_in_quarantine(void);
 

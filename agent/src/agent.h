@@ -118,7 +118,8 @@ extern void resources_detect(struct resources *r);
 
 /*
  * What frameq 0.6.0 added: report_log(), where each render's output is
- * (this machine's name and the log file), told at the render's start.
+ * (this machine's name and the log file), told after the render's start
+ * (see "Log reports" below).
  */
 #define FRAMEQ_RUN_LOG "0.6.0"
 
@@ -376,6 +377,13 @@ extern char *runs_running_list(int64_t current_epoch);
 extern int	runs_pending_reports(void);
 
 /*
+ * Is a report of the lease held (epoch) pending that will go, in its
+ * report window, with a booking (batched: not failed before, not to go
+ * alone)?  Then that booking is the one to make (main.c, reserve_time).
+ */
+extern bool runs_reports_will_book(int64_t epoch);
+
+/*
  * Send the reports that are due.  Stops at the first connection failure.
  * Returns false if the connection failed.  drop_percent (fault injection,
  * for tests only; normally 0) drops that share of the attempts at random:
@@ -464,12 +472,72 @@ extern bool runs_batch_answers(struct report_batch *b, struct pg_result *res, in
  * The transaction failed, so none of its reports was taken.  res: the
  * completes' own error (each report is tried again after a backoff; a
  * refused token instead sets the flag runs_take_token_refused reads, and
- * false is returned); NULL: the booking failed and rolled the completes
- * back with it, so they go again at once, and without a booking.  part
- * names the statement that failed, for the log.
+ * false is returned); NULL: another statement (part: the booking, or the
+ * log reports) failed and rolled the completes back with it, so they go
+ * again at once, and, if alone, without a booking.  part names the
+ * statement that failed, for the log.
  */
 extern bool runs_batch_failed(struct report_batch *b, struct pg_result *res,
-							  const char *part);
+							  const char *part, bool alone);
+
+/*
+ * Log reports (frameq 0.6.0, report_log; runs.c).  A render's "<machine>:
+ * <log file>" waits from its launch for the agent's next transaction of
+ * reports or of a reserve, and goes before the complete_many in it (an
+ * ended run takes no log).  After LOG_REPORT_WAIT_NS without one it is
+ * due on its own (runs_next_log), so that runs.log shows a running
+ * render's log within a second.
+ */
+#define LOG_REPORT_WAIT_NS NS_PER_SEC
+
+struct log_batch
+{
+	int64_t		epoch;			/* the lease held */
+	int			n;
+	bool		alone;			/* one of them must go on its own */
+	int64_t    *procs;
+	/* the arrays the statement takes, as literals */
+	char	   *proc_list,
+			   *log_list;
+};
+
+/* the run's log report, pending from now */
+extern void runs_set_log(struct run *r, const char *entry);
+extern bool runs_logs_pending(void);
+
+/* when a log report is due on its own: INT64_MAX if none is pending */
+extern int64_t runs_next_log(void);
+
+/*
+ * Every pending log report of the lease held (epoch), at most
+ * REPORT_BATCH_MAX (true); those of earlier epochs are dropped, as
+ * report_log refuses them.  Free it with runs_logs_free.
+ */
+extern bool runs_logs_take(struct log_batch *lb, int64_t epoch);
+extern void runs_logs_free(struct log_batch *lb);
+
+/*
+ * The statement: report_log for each, answering how many runs it wrote
+ * (one row).  params (5) and epoch hold what st points to.
+ */
+extern void runs_logs_stmt(const struct log_batch *lb, const char *host,
+						   const char *token, char *epoch, size_t epochlen,
+						   const char **params, struct db_stmt *st);
+
+/*
+ * Its transaction committed (res: the statement's answer; with: what it
+ * went with, for the log): the log reports are done.  If the transaction
+ * failed elsewhere, nothing is called: they stay pending.
+ */
+extern void runs_logs_done(struct log_batch *lb, struct pg_result *res, const char *with);
+
+/*
+ * The report_log statement failed (res): its log reports go again at once
+ * on their own, or are dropped if they went on their own (logged
+ * log-report-failed); a refused token keeps them (the caller deals with
+ * the token).
+ */
+extern void runs_logs_failed(struct log_batch *lb, struct pg_result *res);
 
 extern void runs_set_state_dir(const char *dir);
 

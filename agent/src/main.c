@@ -59,8 +59,10 @@
  * 0.5.0 (FRAMEQ_REPORTS) heartbeats carry a report on each render (its idle
  * time, last output line and progress), complete() says whether a render
  * was an OOM, and bookings carry a progress pattern; older ones get the
- * calls as before.  From 0.6.0 (FRAMEQ_RUN_LOG) the agent tells, as it
- * starts renders, where each one's output goes (report_log).
+ * calls as before.  From 0.6.0 (FRAMEQ_RUN_LOG) the agent tells where each
+ * render's output goes (report_log) at the head of its next transaction
+ * of reports or of a reserve, or on its own a second after the render's
+ * start if none came (runs.c, "Log reports").
  *
  * Memory: each supervisor measures its render's tree and kills it when it
  * uses more than its booking plus the host's unbooked memory
@@ -677,6 +679,15 @@ reserve_time(void)
 	/* behind on renewals: see may_book */
 	if (lease_deadline - lease_clock_ns() < SEC(lease_ttl / 6))
 		return INT64_MAX;
+
+	/*
+	 * A render ended, and its report goes within the report window with a
+	 * booking (batched): that one books the room, which the server counts
+	 * as taken until the report; a reserve of its own now would find
+	 * nothing and cost a transaction.
+	 */
+	if (speaks_batch && db_batch_taken() && runs_reports_will_book(epoch))
+		return INT64_MAX;
 	return next_reserve > launch_hold_until ? next_reserve : launch_hold_until;
 }
 
@@ -758,20 +769,117 @@ reserve_failed(struct pg_result *res)
 		next_reserve = 0;
 }
 
-/* a reserve of its own: its answer, or NULL if it failed (then dealt with) */
+/*
+ * The log reports due to go with the agent's next transaction of reports
+ * or of a reserve (true), unless one of them must go on its own: only for
+ * the lease held.
+ */
+static bool
+take_logs(struct log_batch *lb)
+{
+	if (!speaks_run_log || phase != PH_RUNNING || !runs_logs_take(lb, epoch))
+		return false;
+	if (!lb->alone)
+		return true;
+	runs_logs_free(lb);
+	return false;
+}
+
+/*
+ * The report_log statement failed: its reports go again on their own, or
+ * are dropped if they went on their own; a lost lease and a refused token
+ * are dealt with as for any call.
+ */
+static void
+logs_failed(struct log_batch *lb, struct pg_result *res)
+{
+	(void) lease_error(res);
+	runs_logs_failed(lb, res);
+	if (strcmp(db_sqlstate(res), "28P01") == 0)
+		(void) token_refused("report_log");
+}
+
+/*
+ * A reserve of its own: its answer, or NULL if it failed (then dealt
+ * with).  The log reports pending go before it, in its transaction (a
+ * failed booking takes them back with it: they stay pending; if they
+ * failed, nothing was booked, and the reserve goes again next round).
+ */
 static struct pg_result *
 call_reserve(int max_frames)
 {
 	struct reserve_call c;
-	struct pg_result *res;
+	struct log_batch lb;
+	struct db_stmt st[2];
+	struct pg_result *res[2];
+	const char *params[5];
+	char		ep[32];
 
 	reserve_stmt(&c, max_frames);
-	res = db_exec(c.st.sql, c.st.nparams, c.st.params, call_timeout_ms(), NULL);
-	if (!res || db_ok(res))
-		return res;
-	reserve_failed(res);
-	db_clear(res);
+	if (!take_logs(&lb))
+	{
+		res[1] = db_exec(c.st.sql, c.st.nparams, c.st.params, call_timeout_ms(), NULL);
+		if (!res[1] || db_ok(res[1]))
+			return res[1];
+		reserve_failed(res[1]);
+		db_clear(res[1]);
+		return NULL;
+	}
+	runs_logs_stmt(&lb, cfg.host, token, ep, sizeof(ep), params, &st[0]);
+	st[1] = c.st;
+	if (!db_exec_many(2, st, call_timeout_ms(), res))
+	{
+		runs_logs_free(&lb);
+		return NULL;
+	}
+	if (!db_ok(res[0]))
+		logs_failed(&lb, res[0]);
+	else if (!db_ok(res[1]))
+		reserve_failed(res[1]);
+	else
+		runs_logs_done(&lb, res[0], "reserve");
+	runs_logs_free(&lb);
+	db_clear(res[0]);
+	if (db_ok(res[1]))
+		return res[1];
+	db_clear(res[1]);
 	return NULL;
+}
+
+/*
+ * The log reports that are due on their own (none went with a transaction
+ * of reports or of a reserve in time, or they failed in one).  An error
+ * drops them: the log is only a help for finding the file.
+ */
+static void
+send_logs(void)
+{
+	struct log_batch lb;
+	struct db_stmt st;
+	struct pg_result *res;
+	const char *params[5];
+	char		ep[32];
+
+	if (!speaks_run_log || phase != PH_RUNNING || !runs_logs_take(&lb, epoch))
+		return;
+	lb.alone = true;
+	runs_logs_stmt(&lb, cfg.host, token, ep, sizeof(ep), params, &st);
+	res = db_exec(st.sql, st.nparams, st.params, call_timeout_ms(), NULL);
+	if (res && db_ok(res))
+		runs_logs_done(&lb, res, "alone");
+	else if (res)
+		logs_failed(&lb, res);
+	db_clear(res);
+	runs_logs_free(&lb);
+}
+
+/* when log reports are due on their own; INT64_MAX if none */
+static int64_t
+log_time(void)
+{
+	if (!speaks_run_log || phase != PH_RUNNING)
+		return INT64_MAX;
+	return runs_next_log();
 }
 
 /*
@@ -838,113 +946,57 @@ bookings_from_answer(struct pg_result *res, int *nb)
 	return bs;
 }
 
-/* append s to the array literal being built in buf, quoted */
-static void
-array_add(char **buf, size_t *len, size_t *cap, const char *s)
-{
-	/* a separator, two quotes, an escape per character, the closing brace, NUL */
-	size_t		need = *len + 2 * strlen(s) + 5;
-
-	if (need > *cap)
-	{
-		*cap = need * 2;
-		*buf = realloc(*buf, *cap);
-		if (!*buf)
-			abort();
-	}
-	(*buf)[*len] = *len == 0 ? '{' : ',';
-	(*len)++;
-	(*buf)[(*len)++] = '"';
-	for (; *s; s++)
-	{
-		if (*s == '"' || *s == '\\')
-			(*buf)[(*len)++] = '\\';
-		(*buf)[(*len)++] = *s;
-	}
-	(*buf)[(*len)++] = '"';
-	(*buf)[*len] = '\0';
-}
-
 /*
- * Tell the server where the renders just started write their output
- * (FRAMEQ_RUN_LOG on): "<this machine's name>:<its log file>", in one
- * call for all of them.  Only a help for finding a log: a failure is
- * logged and otherwise ignored (the next heartbeat deals with a lease that
- * is over), and a report that would be too long is not sent.
+ * Where renders write their output, as report_log takes it (FRAMEQ_RUN_LOG
+ * on): this machine's name, and the log dir as an absolute path (a
+ * relative one is the supervisors': they open it from the work dir).
  */
 static void
-report_logs(const struct booking *bs, const bool *started, int nb)
+log_place(char *machine, size_t mlen, char *dir)
 {
-	char		machine[256],
-				dir[PATH_MAX],
-				path[PATH_MAX],
-				entry[PATH_MAX + 300],
-				ep[32],
-				num[32];
-	char	   *procs = NULL,
-			   *logs = NULL;
-	size_t		plen = 0,
-				pcap = 0,
-				llen = 0,
-				lcap = 0;
-	const char *params[5];
-	struct pg_result *res;
+	char		path[PATH_MAX];
 
-	if (!speaks_run_log || !db_connected())
-		return;
-	if (gethostname(machine, sizeof(machine)) != 0)
-		snprintf(machine, sizeof(machine), "%s", cfg.host);
-	machine[sizeof(machine) - 1] = '\0';
-	/* a relative log dir is the supervisors': they open it from the work dir */
+	if (gethostname(machine, mlen) != 0)
+		snprintf(machine, mlen, "%s", cfg.host);
+	machine[mlen - 1] = '\0';
 	if (cfg.log_dir[0] == '/')
 		snprintf(path, sizeof(path), "%s", cfg.log_dir);
 	else
 		snprintf(path, sizeof(path), "%s/%s", cfg.work_dir, cfg.log_dir);
 	if (!realpath(path, dir))
-		snprintf(dir, sizeof(dir), "%s", path);
-	for (int j = 0; j < nb; j++)
-	{
-		if (!started[j])
-			continue;
-		output_log_path(path, sizeof(path), dir, &bs[j]);
-		snprintf(entry, sizeof(entry), "%s:%s", machine, path);
-		if (strlen(entry) > 1024)
-			continue;
-		snprintf(num, sizeof(num), "%" PRId64, bs[j].proc);
-		array_add(&procs, &plen, &pcap, num);
-		array_add(&logs, &llen, &lcap, entry);
-	}
-	if (!procs)
-		return;
-	strcat(procs, "}");
-	strcat(logs, "}");
-	snprintf(ep, sizeof(ep), "%" PRId64, epoch);
-	params[0] = cfg.host;
-	params[1] = token;
-	params[2] = ep;
-	params[3] = procs;
-	params[4] = logs;
-	res = db_exec("SELECT count(*) FILTER (WHERE frameq.report_log($1, $2, $3::bigint, x.proc, x.log)) "
-				  "FROM unnest($4::bigint[], $5::text[]) AS x(proc, log)",
-				  5, params, call_timeout_ms(), NULL);
-	if (res && !db_ok(res))
-		log_event("log-report-failed", "epoch=%" PRId64 " sqlstate=%s error=\"%s\"",
-				  epoch, db_sqlstate(res), db_error(res));
-	db_clear(res);
-	free(procs);
-	free(logs);
+		snprintf(dir, PATH_MAX, "%s", path);
+}
+
+/*
+ * The render just started will have its "<machine>:<log file>" told to the
+ * server in the agent's next transaction (runs.c, "Log reports"); one
+ * longer than report_log takes (1024 characters) is not sent.
+ */
+static void
+note_log(struct run *r, const struct booking *b, const char *machine, const char *dir)
+{
+	char		path[PATH_MAX],
+				entry[PATH_MAX + 300];
+
+	output_log_path(path, sizeof(path), dir, b);
+	snprintf(entry, sizeof(entry), "%s:%s", machine, path);
+	if (strlen(entry) <= 1024)
+		runs_set_log(r, entry);
 }
 
 /*
  * Start each booking under a supervisor, with the deadline of the last
- * renewal: the bookings were made under the lease it holds; then say
- * where their output goes.
+ * renewal: the bookings were made under the lease it holds; where
+ * their output goes is told in the next transaction.
  */
 static void
 launch_bookings(struct booking *bs, int nb)
 {
-	bool	   *started = calloc((size_t) (nb > 0 ? nb : 1), sizeof(bool));
+	char		machine[256],
+				dir[PATH_MAX];
 
+	if (speaks_run_log && nb > 0)
+		log_place(machine, sizeof(machine), dir);
 	for (int j = 0; j < nb; j++)
 	{
 		struct booking *b = &bs[j];
@@ -958,17 +1010,18 @@ launch_bookings(struct booking *bs, int nb)
 			.host = cfg.host,
 			.cgroup_base = cgroup_base
 		};
+		struct run *r;
 
 		log_event("booked", "proc=%" PRId64 " frame=%" PRId64 " job=%" PRId64 " layer=%" PRId64 " frame_number=%d cores=%s memory=%" PRId64 " gpus=%d epoch=%" PRId64,
 				  b->proc, b->frame, b->job, b->layer, b->frame_number, b->cores,
 				  b->memory, b->gpus, epoch);
-		started[j] = runs_launch(&l, lease_deadline) != NULL;
+		r = runs_launch(&l, lease_deadline);
+		if (r && speaks_run_log)
+			note_log(r, b, machine, dir);
 		for (int k = 0; k < b->nenv; k++)
 			free(b->env[k]);
 		free(b->env);
 	}
-	report_logs(bs, started, nb);
-	free(started);
 }
 
 /*
@@ -1014,15 +1067,18 @@ batched(void)
 
 /*
  * Send one batch of reports: "report what ended, book what fits, commit
- * once".  complete_many for its reports and, if the agent may book now
- * and the batch is of the lease held, the reserve() of the room they
- * freed, in one round trip and one transaction (db_exec_many), so that
- * the booking can use what the releases freed.  All or nothing: if the
- * completes fail, nothing happened and they are tried again after a
- * backoff; if the booking fails, it took the completes with it, so they
- * go again at once, alone (a booking that keeps failing, e.g. for a lost
- * lease, must not hold up the reports); if the connection fails, whether
- * it committed is unknown: the reports go again after the reconnect (then
+ * once".  The log reports pending for the lease held (report_log, before
+ * the completes: an ended run takes no log), complete_many for its
+ * reports and, if the agent may book now and the batch is of the lease
+ * held, the reserve() of the room they freed, in one round trip and one
+ * transaction (db_exec_many), so that the booking can use what the
+ * releases freed.  All or nothing: if the log reports fail, nothing
+ * happened: they go again on their own, and the rest at once without
+ * them; if the completes fail, they are tried again after a backoff; if
+ * the booking fails, it took the completes with it, so they go again at
+ * once, alone (a booking that keeps failing, e.g. for a lost lease, must
+ * not hold up the reports); if the connection fails, whether it committed
+ * is unknown: everything goes again after the reconnect (a report then
  * answered 'duplicate' if it had), and bookings the agent never saw are
  * never listed, so the server releases them.  False if the round must end
  * here and no other batch go now (no connection, a refused token, a
@@ -1032,52 +1088,72 @@ static bool
 send_batch(struct report_batch *b)
 {
 	struct reserve_call rc;
-	struct db_stmt st[2];
-	struct pg_result *res[2];
-	const char *params[8];
-	char		ep[32];
-	int			n = 1,
+	struct log_batch lb;
+	struct db_stmt st[3];
+	struct pg_result *res[3];
+	const char *params[8],
+			   *lparams[5];
+	char		ep[32],
+				lep[32];
+	int			n = 0,
+				li = -1,
+				ci,
+				ri = -1,
 				max_frames,
 				nb = 0;
 	struct booking *bs = NULL;
 	enum report_fault fault = runs_batch_fault(b, cfg.fault_drop_reports);
-	bool		go_on = true;
+	bool		logs,
+				go_on = true;
 
 	if (fault == FAULT_BEFORE)
 		return true;
-	runs_batch_stmt(b, cfg.host, token, ep, sizeof(ep), params, &st[0]);
+	logs = b->epoch == epoch && take_logs(&lb);
+	if (logs)
+	{
+		runs_logs_stmt(&lb, cfg.host, token, lep, sizeof(lep), lparams, &st[n]);
+		li = n++;
+	}
+	runs_batch_stmt(b, cfg.host, token, ep, sizeof(ep), params, &st[n]);
+	ci = n++;
 	/* a dropped answer is the reports' fault only: it takes no booking with it */
 	if (!b->alone && fault == FAULT_NONE && b->epoch == epoch && may_book(&max_frames))
 	{
 		reserve_stmt(&rc, max_frames);
+		ri = n;
 		st[n++] = rc.st;
 		last_reserve_at = lease_clock_ns();
 	}
 	if (!db_exec_many(n, st, call_timeout_ms(), res))
-		return false;
-	if (fault == FAULT_AFTER)
+		go_on = false;
+	else if (fault == FAULT_AFTER)
 	{
-		runs_batch_discard(b, res[0]);
-		for (int i = 0; i < n; i++)
-			db_clear(res[i]);
-		return false;
+		runs_batch_discard(b, res[ci]);
+		go_on = false;
 	}
-	if (!db_ok(res[0]))
+	else if (li >= 0 && !db_ok(res[li]))
 	{
-		(void) lease_error(res[0]);
-		go_on = runs_batch_failed(b, res[0], "complete");
+		logs_failed(&lb, res[li]);
+		go_on = runs_batch_failed(b, NULL, "log", false) && !token_given_up;
 	}
-	else if (n == 2 && !db_ok(res[1]))
+	else if (!db_ok(res[ci]))
 	{
-		runs_batch_failed(b, NULL, "reserve");
-		reserve_failed(res[1]);
+		(void) lease_error(res[ci]);
+		go_on = runs_batch_failed(b, res[ci], "complete", false);
+	}
+	else if (ri >= 0 && !db_ok(res[ri]))
+	{
+		runs_batch_failed(b, NULL, "reserve", true);
+		reserve_failed(res[ri]);
 	}
 	else
 	{
-		if (n == 2)
-			bs = bookings_from_answer(res[1], &nb);
-		runs_batch_answers(b, res[0], n == 2 ? nb : -1);
-		if (n == 2)
+		if (logs)
+			runs_logs_done(&lb, res[li], "batch");
+		if (ri >= 0)
+			bs = bookings_from_answer(res[ri], &nb);
+		runs_batch_answers(b, res[ci], ri >= 0 ? nb : -1);
+		if (ri >= 0)
 		{
 			/* the room the ends freed is booked: no reserve of its own for it */
 			(void) runs_take_ended();
@@ -1086,6 +1162,8 @@ send_batch(struct report_batch *b)
 		}
 	}
 	free(bs);
+	if (logs)
+		runs_logs_free(&lb);
 	for (int i = 0; i < n; i++)
 		db_clear(res[i]);
 	return go_on && db_connected();
@@ -1309,6 +1387,9 @@ connect_if_needed(int64_t now)
 static bool
 send_reports(void)
 {
+	/* one complete() per end: an ended run takes no log, so tell it first */
+	if (!batched() && runs_pending_reports() > 0 && runs_logs_pending())
+		send_logs();
 	if (batched() ? !send_batches() :
 		!runs_send_reports(cfg.host, token, phase == PH_ATTACH, call_timeout_ms(),
 						   cfg.fault_drop_reports, reports_taken()))
@@ -1372,7 +1453,8 @@ listen_if_needed(void)
 
 /*
  * Holding a lease: renew it when due (at once after a hint, twice at the
- * end of a shutdown) and book while there is room.
+ * end of a shutdown), book while there is room, and tell where renders'
+ * output is if no transaction has taken it in time.
  */
 static void
 hold_lease(void)
@@ -1399,14 +1481,20 @@ hold_lease(void)
 	}
 	if (lease_clock_ns() >= next_heartbeat && !do_heartbeat())
 		return;
-	if (phase != PH_RUNNING || stopping)
+	if (phase != PH_RUNNING)
 		return;
-	note_launch_error();
-	/* room again: ask at once */
-	if (runs_take_ended())
-		next_reserve = 0;
-	if (lease_clock_ns() >= reserve_time())
-		do_reserve();
+	if (!stopping)
+	{
+		note_launch_error();
+		/* room again: ask at once */
+		if (runs_take_ended())
+			next_reserve = 0;
+		if (lease_clock_ns() >= reserve_time())
+			do_reserve();
+	}
+	/* log reports that no transaction took in time go on their own */
+	if (lease_clock_ns() >= log_time())
+		send_logs();
 }
 
 /*
@@ -1502,6 +1590,8 @@ wait_events(void)
 			wake = reserve_time();
 		if (report_at < wake)
 			wake = report_at;
+		if (log_time() < wake)
+			wake = log_time();
 	}
 	if (runs_next_poll() < wake)
 		wake = runs_next_poll();

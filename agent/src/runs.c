@@ -34,6 +34,16 @@
  * booking failed and took them with it), and a lost answer is sent again
  * and answers 'duplicate'.
  *
+ * Log reports (frameq 0.6.0, report_log): where a render's output is
+ * waits, from its launch, for the agent's next transaction that can take
+ * it: a batch of reports (before its complete_many, since report_log
+ * leaves an ended run alone), or a reserve of its own; after
+ * LOG_REPORT_WAIT_NS without one it goes in a transaction of its own.
+ * Every log report pending for the lease held goes in one statement.  If
+ * the transaction fails, they stay pending with the rest; if the
+ * report_log statement itself failed, they go again at once on their own,
+ * and an error there drops them (the log is only a help).
+ *
  * Each supervisor gets, with every deadline, the most memory its render's
  * tree may use: its booking plus the host's unbooked memory (the memory
  * the host offers less the bookings of every render alive now).  It
@@ -89,6 +99,9 @@ struct run
 	int			report_tries;
 	int64_t		ended_ns;		/* when its end was seen: the report window's start */
 	bool		alone;			/* its next report goes without a booking */
+
+	char	   *log_entry;		/* report_log's log, not yet taken; NULL if none */
+	bool		log_alone;		/* it goes at once, in a transaction of its own */
 
 	struct output out;			/* its log file, for the heartbeat's report */
 };
@@ -171,6 +184,7 @@ free_run(struct run *r)
 		free(r->b.env[i]);
 	free(r->b.env);
 	output_free(&r->out);
+	free(r->log_entry);
 	free(r);
 }
 
@@ -681,6 +695,15 @@ runs_pending_reports(void)
 	return n;
 }
 
+bool
+runs_reports_will_book(int64_t epoch)
+{
+	for (struct run *r = runs; r; r = r->next)
+		if (r->report && r->epoch == epoch && r->report_tries == 0 && !r->alone)
+			return true;
+	return false;
+}
+
 char *
 runs_running_list(int64_t current_epoch)
 {
@@ -1142,7 +1165,7 @@ runs_batch_answers(struct report_batch *b, struct pg_result *res, int booked)
 }
 
 bool
-runs_batch_failed(struct report_batch *b, struct pg_result *res, const char *part)
+runs_batch_failed(struct report_batch *b, struct pg_result *res, const char *part, bool alone)
 {
 	int64_t		now = lease_clock_ns();
 	bool		token = res && strcmp(db_sqlstate(res), "28P01") == 0;
@@ -1154,8 +1177,8 @@ runs_batch_failed(struct report_batch *b, struct pg_result *res, const char *par
 
 		if (!res)
 		{
-			/* the booking failed and took the completes with it: again, alone */
-			r->alone = true;
+			/* another statement failed and took the completes with it: again at once */
+			r->alone |= alone;
 			r->next_report = now;
 		}
 		else if (!token)
@@ -1163,9 +1186,194 @@ runs_batch_failed(struct report_batch *b, struct pg_result *res, const char *par
 	}
 	log_event("batch-failed", "epoch=%" PRId64 " procs=%s part=%s sqlstate=%s error=\"%s\" retry_in=%.1fs%s",
 			  b->epoch, b->procs, part, res ? db_sqlstate(res) : "-",
-			  res ? db_error(res) : "the booking failed, so its transaction rolled back",
-			  retry_in, res ? "" : " next=\"the reports again, without a booking\"");
+			  res ? db_error(res) : "another statement failed, so its transaction rolled back",
+			  retry_in, res ? "" : alone ? " next=\"the reports again, without a booking\"" :
+			  " next=\"the reports again, without the log reports\"");
 	if (token)
 		token_refused_flag = true;
 	return !token;
+}
+
+/* ---------------------------------------------------------- log reports */
+
+/* a growing array literal of quoted elements, "{"a","b"}" */
+static void
+literal_add_quoted(struct literal *l, const char *v)
+{
+	/* a separator, two quotes, an escape per character, the closing brace, NUL */
+	size_t		need = l->len + 2 * strlen(v) + 5;
+	char		sep;
+
+	if (need > l->cap)
+	{
+		l->cap = need * 2;
+		l->s = realloc(l->s, l->cap);
+		if (!l->s)
+			abort();
+	}
+	sep = l->len == 0 ? '{' : ',';
+	l->s[l->len++] = sep;
+	l->s[l->len++] = '"';
+	for (; *v; v++)
+	{
+		if (*v == '"' || *v == '\\')
+			l->s[l->len++] = '\\';
+		l->s[l->len++] = *v;
+	}
+	l->s[l->len++] = '"';
+	l->s[l->len] = '\0';
+}
+
+void
+runs_set_log(struct run *r, const char *entry)
+{
+	free(r->log_entry);
+	r->log_entry = strdup(entry);
+	r->log_alone = false;
+}
+
+int64_t
+runs_next_log(void)
+{
+	int64_t		t = INT64_MAX;
+
+	for (struct run *r = runs; r; r = r->next)
+		if (r->log_entry)
+		{
+			int64_t		due = r->log_alone ? 0 : r->started_ns + LOG_REPORT_WAIT_NS;
+
+			if (due < t)
+				t = due;
+		}
+	return t;
+}
+
+bool
+runs_logs_take(struct log_batch *lb, int64_t epoch)
+{
+	struct literal procs = {0},
+				logs = {0};
+
+	memset(lb, 0, sizeof(*lb));
+	lb->epoch = epoch;
+	lb->procs = calloc(REPORT_BATCH_MAX, sizeof(*lb->procs));
+	for (struct run *r = runs; r; r = r->next)
+	{
+		char		num[32];
+
+		if (!r->log_entry)
+			continue;
+		if (r->epoch != epoch)
+		{
+			/* booked under a lease that is over: report_log would refuse it */
+			free(r->log_entry);
+			r->log_entry = NULL;
+			continue;
+		}
+		if (lb->n == REPORT_BATCH_MAX)
+			continue;
+		lb->procs[lb->n++] = r->b.proc;
+		lb->alone |= r->log_alone;
+		snprintf(num, sizeof(num), "%" PRId64, r->b.proc);
+		literal_add(&procs, num);
+		literal_add_quoted(&logs, r->log_entry);
+	}
+	if (lb->n == 0)
+	{
+		runs_logs_free(lb);
+		return false;
+	}
+	lb->proc_list = literal_end(&procs);
+	lb->log_list = literal_end(&logs);
+	return true;
+}
+
+void
+runs_logs_free(struct log_batch *lb)
+{
+	free(lb->procs);
+	free(lb->proc_list);
+	free(lb->log_list);
+	memset(lb, 0, sizeof(*lb));
+}
+
+void
+runs_logs_stmt(const struct log_batch *lb, const char *host, const char *token,
+			   char *epoch, size_t epochlen, const char **params, struct db_stmt *st)
+{
+	snprintf(epoch, epochlen, "%" PRId64, lb->epoch);
+	params[0] = host;
+	params[1] = token;
+	params[2] = epoch;
+	params[3] = lb->proc_list;
+	params[4] = lb->log_list;
+	/*
+	 * How many runs it wrote: false (an ended run, not ours) is no error.
+	 * (The unnest of two arrays in FROM is syntax, not a function to
+	 * qualify.)
+	 */
+	st->sql = "SELECT count(*) FILTER (WHERE frameq.report_log($1, $2, $3::bigint, x.proc, x.log)) "
+		"FROM unnest($4::bigint[], $5::text[]) AS x(proc, log)";
+	st->nparams = 5;
+	st->params = params;
+}
+
+/* the run of proc, if it still has the log report lb took */
+static struct run *
+log_run(const struct log_batch *lb, int i)
+{
+	struct run *r = find(lb->procs[i]);
+
+	return r && r->log_entry && r->epoch == lb->epoch ? r : NULL;
+}
+
+void
+runs_logs_done(struct log_batch *lb, struct pg_result *res, const char *with)
+{
+	for (int i = 0; i < lb->n; i++)
+	{
+		struct run *r = log_run(lb, i);
+
+		if (r)
+		{
+			free(r->log_entry);
+			r->log_entry = NULL;
+		}
+	}
+	log_event("logs-reported", "epoch=%" PRId64 " procs=%.*s written=%s with=%s",
+			  lb->epoch, (int) strlen(lb->proc_list) - 2, lb->proc_list + 1, db_ntuples(res) == 1 ? db_value(res, 0, 0) : "?",
+			  with);
+}
+
+void
+runs_logs_failed(struct log_batch *lb, struct pg_result *res)
+{
+	bool		token = strcmp(db_sqlstate(res), "28P01") == 0;
+
+	for (int i = 0; i < lb->n; i++)
+	{
+		struct run *r = log_run(lb, i);
+
+		if (!r || token)
+			continue;
+		if (lb->alone)
+		{
+			free(r->log_entry);
+			r->log_entry = NULL;
+		}
+		else
+			r->log_alone = true;
+	}
+	log_event("log-report-failed", "epoch=%" PRId64 " procs=%.*s sqlstate=%s error=\"%s\" next=%s",
+			  lb->epoch, (int) strlen(lb->proc_list) - 2, lb->proc_list + 1, db_sqlstate(res), db_error(res),
+			  token ? "again-with-the-token-in-the-file" : lb->alone ? "dropped" : "again-alone");
+}
+
+bool
+runs_logs_pending(void)
+{
+	for (struct run *r = runs; r; r = r->next)
+		if (r->log_entry)
+			return true;
+	return false;
 }

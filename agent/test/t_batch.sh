@@ -28,7 +28,12 @@
 #     released, reports the three before attaching in one batch, answered
 #     duplicate, accepted and stale; every frame ran once, no retry used;
 #  5. with the database at 0.5.0 (no complete_many) the agent reports each
-#     end with its own complete(), in transactions of their own.
+#     end with its own complete(), in transactions of their own;
+#  6. a transaction that fails takes its log reports (report_log, sent
+#     before its complete_many) with it, and they go again: a render of
+#     `true` whose completes fail (a trigger refuses to end runs) gets its
+#     log in runs.log all the same (report_log sent at least twice), and
+#     completes, once, when the trigger is gone.
 #
 # With an agent that does not batch (FRAMEQ_AGENT_BIN: one built before
 # batching, which sends one complete() per end) parts 1 and 2 fail: the runs
@@ -276,5 +281,37 @@ since_start a | grep -q ' batch ' && fail "a batch at 0.5.0: $(since_start a | g
 	ok "at 0.5.0 each end was a transaction of its own" || fail "transactions: $(xmins "frameq.run WHERE job = $jg")"
 
 agent_alive a || fail "agent a exited"
+stop_agent a
+[[ $AGENT_RC == 0 ]] || fail "agent a exited $AGENT_RC on SIGTERM"
+
+# ---- 6. a failed transaction takes its log reports with it: they go again
+register_host d 1
+log_calls d
+start_agent d
+wait_for 10 "d attached" agent_log_has d " attached " || finish
+q "CREATE FUNCTION public.no_end() RETURNS trigger LANGUAGE plpgsql AS \$\$
+   BEGIN RAISE EXCEPTION 'no end now (test)'; END \$\$" >/dev/null
+q "CREATE TRIGGER no_end BEFORE UPDATE ON frameq.run FOR EACH ROW
+   WHEN (NEW.ended_at IS NOT NULL) EXECUTE FUNCTION public.no_end()" >/dev/null
+jl=$(submit_job log-retry 1 true) || die "submit failed"
+wait_for 20 "a batch failed on its completes" agent_log_has d ' batch-failed .*part=complete sqlstate=P0001' || finish
+pl=$(frame_proc "$jl" 1)
+first_fail=$(grep -n -m1 ' batch-failed ' "$T/d.log" | cut -d: -f1)
+first_told=$(grep -n -m1 " logs-reported .*procs=$pl " "$T/d.log" | cut -d: -f1)
+[[ -z $first_told || $first_told -gt $first_fail ]] &&
+	ok "the log report went in the failed transaction, and was not taken as told" ||
+	fail "the log was told (line $first_told) before the batch failed (line $first_fail)"
+wait_for 10 "the log report went again" eval '[[ $(q "SELECT count(log) FROM frameq.runs WHERE proc = $pl") == 1 ]]' &&
+	ok "it went again and runs.log shows it, while the completes still fail"
+[[ $(sent report_log | grep -c "$pl") -ge 2 ]] && ok "report_log was sent for it again ($(sent report_log | grep -c "$pl") calls)" ||
+	fail "report_log calls for proc $pl: $(sent report_log | grep -c "$pl")"
+q "DROP TRIGGER no_end ON frameq.run" >/dev/null
+wait_for 30 "the job finishes" job_finished "$jl" || finish
+[[ $(q "SELECT count(*) || ' ' || count(log) || ' ' || string_agg(reason, ',') FROM frameq.runs WHERE job = $jl") == "1 1 completed" ]] &&
+	ok "the run completed once, with its log" ||
+	fail "runs: $(q "SELECT count(*) || ' ' || count(log) || ' ' || string_agg(reason, ',') FROM frameq.runs WHERE job = $jl")"
+stop_agent d
+[[ $AGENT_RC == 0 ]] || fail "agent d exited $AGENT_RC on SIGTERM"
+
 check_clean
 finish
