@@ -36,6 +36,10 @@ for _ in range(0, mb, 32):
     chunks.append(b"\x01" * (32 << 20))
     time.sleep(0.05)
 print("filled %d MiB" % mb, flush=True)
+# hold the peak for 3 s: the agent samples the tree's memory every 0.25 s,
+# and a peak held for an instant can fall between two samples on a loaded
+# machine (the first run is killed at it; the retry holds it to the end)
+time.sleep(3)
 PY
 
 sleeper=$(submit_job sleeper 1 "sleep 8" "{\"memory\": $((400 * MIB))}" '{"max_retries": 0}') ||
