@@ -300,6 +300,10 @@ top_sessions() {
 	       WHERE application_name = 'frameq-top' AND usename = 'top_watch'"
 }
 
+# script(1) runs its command with $SHELL -c, /bin/sh where SHELL is unset (as
+# in CI): `exec` leaves no shell between the pty and frameq-top, for dash
+# waiting on a child dies of the Ctrl-C itself (status 130), whatever
+# frameq-top does with it.
 # it draws the farm, and q (then Ctrl-C) ends it with status 0 (what
 # script(1) forwards after the key is only an end of input, which the
 # program ignores: without the key, timeout ends it, 124)
@@ -309,7 +313,7 @@ for key in q $'\003'; do
 	rc=0
 	{ until_true 15 drawn "$tty" || echo "header never drawn" > "$tty.late"; printf '%s' "$key"; sleep 3; } |
 		TERM=xterm COLUMNS=120 LINES=40 timeout 30 \
-		script -qfec "tools/frameq-top user=top_watch" "$tty" >/dev/null || rc=$?
+		script -qfec "exec tools/frameq-top user=top_watch" "$tty" >/dev/null || rc=$?
 	[[ ! -e $tty.late ]] || { echo "not ok: interactive, $name: no header drawn in 15 s"; show_tty "$tty"; exit 1; }
 	(( rc == 0 )) || { echo "not ok: interactive, $name: exit status $rc"; show_tty "$tty"; exit 1; }
 	grep -aq 'shot010_render' "$tty" ||
@@ -333,7 +337,7 @@ tty="$FRAMEQ_TEST_TMP/tty.lost"
 	printf q
 	sleep 3
 } | TERM=xterm COLUMNS=120 LINES=40 timeout 60 \
-	script -qfec "tools/frameq-top user=top_watch" "$tty" >/dev/null || rc=$?
+	script -qfec "exec tools/frameq-top user=top_watch" "$tty" >/dev/null || rc=$?
 [[ $rc == 0 && $(cat "$FRAMEQ_TEST_TMP/lost.killed") == 1 && $(cat "$FRAMEQ_TEST_TMP/lost.again") == 1 ]] ||
 	{ echo "not ok: a lost session: exit $rc, $(cat "$FRAMEQ_TEST_TMP/lost.killed") ended, $(cat "$FRAMEQ_TEST_TMP/lost.again") after"; show_tty "$tty"; exit 1; }
 grep -aq 'cannot read the farm (retrying every' "$tty" ||
