@@ -259,6 +259,7 @@ extern int32 frameq_host_authenticate(text *name, text *token);
 extern void frameq_host_load(int32 host_id, FrameqHost *host);
 extern void frameq_host_check_epoch(const FrameqHost *host, const char *name,
 									int64 epoch);
+extern int64 frameq_lease_period_for_us(int64 ttl_us);
 extern int64 frameq_lease_period_us(void);
 
 /* dispatch.c */

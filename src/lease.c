@@ -187,15 +187,34 @@ frameq_authenticate(PG_FUNCTION_ARGS)
 }
 
 /*
- * The lease period: lease_ttl * (1 + clock_drift) + lease_margin, in
- * microseconds.  A lease renewed at T has surely ended, by the server's
- * clock, at T plus this, however fast the host's clock ran.
+ * The period of a lease granted for ttl_us: ttl * (1 + clock_drift) +
+ * lease_margin, in microseconds.  A lease renewed at T for that ttl has
+ * surely ended, by the server's clock, at T plus this, however fast the
+ * host's clock ran.  A lease lasts what it was granted for: a lease_ttl
+ * lowered since does not shorten it (attach and heartbeat record the ttl
+ * they hand out, host.lease_granted).
  */
+int64
+frameq_lease_period_for_us(int64 ttl_us)
+{
+	return (int64) (ttl_us * (1.0 + frameq_clock_drift)) +
+		(int64) frameq_lease_margin * USECS_PER_SEC;
+}
+
+/* the period of a lease granted now: for frameq.lease_ttl */
 int64
 frameq_lease_period_us(void)
 {
-	return (int64) (frameq_lease_ttl * USECS_PER_SEC * (1.0 + frameq_clock_drift)) +
-		(int64) frameq_lease_margin * USECS_PER_SEC;
+	return frameq_lease_period_for_us((int64) frameq_lease_ttl * USECS_PER_SEC);
+}
+
+static Datum
+interval_us(int64 us)
+{
+	Interval   *result = palloc0(sizeof(Interval));
+
+	result->time = us;
+	return IntervalPGetDatum(result);
 }
 
 PG_FUNCTION_INFO_V1(frameq_lease_period);
@@ -204,8 +223,23 @@ PG_FUNCTION_INFO_V1(frameq_lease_period);
 Datum
 frameq_lease_period(PG_FUNCTION_ARGS)
 {
-	Interval   *result = palloc0(sizeof(Interval));
+	return interval_us(frameq_lease_period_us());
+}
 
-	result->time = frameq_lease_period_us();
-	PG_RETURN_INTERVAL_P(result);
+PG_FUNCTION_INFO_V1(frameq_lease_period_for);
+
+/*
+ * frameq._lease_period(ttl interval): the period of a lease granted for
+ * ttl (a ttl of days or months is read as 30-day months, as PostgreSQL's
+ * interval comparisons do; lease_ttl is at most an hour).
+ */
+Datum
+frameq_lease_period_for(PG_FUNCTION_ARGS)
+{
+	Interval   *ttl = PG_GETARG_INTERVAL_P(0);
+	int64		us;
+
+	us = ttl->time + (int64) ttl->day * USECS_PER_DAY +
+		(int64) ttl->month * DAYS_PER_MONTH * USECS_PER_DAY;
+	return interval_us(frameq_lease_period_for_us(Max(us, 0)));
 }

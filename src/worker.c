@@ -13,8 +13,10 @@
  * orders.
  *
  * Leases.  A host whose last successful renewal is more than
- *		lease_ttl * (1 + clock_drift) + lease_margin
- * old has lost its lease: its epoch moves on, it is marked down (if it was
+ *		ttl * (1 + clock_drift) + lease_margin
+ * old, ttl being the lease_ttl that renewal handed out (host.lease_granted:
+ * lowering frameq.lease_ttl shortens no lease already granted), has lost
+ * its lease: its epoch moves on, it is marked down (if it was
  * up) and its procs are released as host_lost.  By then its agent's
  * supervisors have killed every render (they count the lease from the
  * moment the renewal was *sent*, on a monotonic clock, minus a grace), so
@@ -30,7 +32,11 @@
  * Quarantine.  After every server start (crash restart, plain restart,
  * promotion of a standby) nothing is booked and no lease expires until the
  * same period has passed, so that every host has had a full lease to
- * report.  Leases are re-armed from the start.  The worker only starts
+ * report: the period of the current lease_ttl, or of the longest lease a
+ * host holds if that is longer (a server restored or promoted with a
+ * shorter lease_ttl than its agents were given); until the worker has read
+ * the longest lease, the quarantine holds.  Leases are re-armed from the
+ * start.  The worker only starts
  * once recovery has finished, so a standby runs none of this.
  *
  * Delays.  A task sent back to waiting with a delay (a requeue exit code,
@@ -88,6 +94,7 @@ typedef struct FrameqWorkerShared
 	bool		started;		/* a worker has run since shared memory began */
 	TimestampTz quarantine_start;
 	TimestampTz quarantine_until;
+	bool		longest_known;	/* quarantine_until covers the longest lease held */
 	TimestampTz leases_since;	/* leases count from no earlier than this */
 } FrameqWorkerShared;
 
@@ -126,6 +133,7 @@ worker_shmem_startup(void)
 		FrameqWorker->started = false;
 		FrameqWorker->quarantine_start = 0;
 		FrameqWorker->quarantine_until = 0;
+		FrameqWorker->longest_known = false;
 		FrameqWorker->leases_since = 0;
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -157,7 +165,8 @@ frameq_worker_wake_at_commit(void)
 
 /*
  * Does the quarantine after start still hold?  Until a worker has started
- * as primary we do not know when it will end, so it holds.
+ * as primary, and read the longest lease held, we do not know when it will
+ * end, so it holds.
  */
 bool
 frameq_in_quarantine(void)
@@ -167,7 +176,7 @@ frameq_in_quarantine(void)
 	if (!frameq_quarantine)
 		return false;
 	SpinLockAcquire(&FrameqWorker->mutex);
-	in = !FrameqWorker->started ||
+	in = !FrameqWorker->started || !FrameqWorker->longest_known ||
 		GetCurrentTimestamp() < FrameqWorker->quarantine_until;
 	SpinLockRelease(&FrameqWorker->mutex);
 	return in;
@@ -236,6 +245,7 @@ worker_session_settings(void)
 typedef enum WorkerStep
 {
 	STEP_REARM,
+	STEP_LONGEST_LEASE,
 	STEP_SHIFT_DEADLINES,
 	STEP_EXPIRE,
 	STEP_TIME_OUT,
@@ -311,6 +321,8 @@ worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now, int64 ju
 	{
 		if (step == STEP_REARM)
 			result = run_step("SELECT frameq._rearm_leases()", 0, NULL, NULL);
+		else if (step == STEP_LONGEST_LEASE)
+			result = run_step("SELECT frameq._longest_lease_us()", 0, NULL, NULL);
 		else if (step == STEP_SHIFT_DEADLINES)
 		{
 			Oid			types[1] = {INT8OID};
@@ -482,6 +494,40 @@ worker_count(TimestampTz leases_since, TimestampTz now)
 }
 
 /*
+ * Once after the start: stretch the quarantine to the period of the
+ * longest lease a host holds, if that is longer than the current
+ * lease_ttl's.  Until this has read it (a failed step is tried again the
+ * next round) the quarantine holds.  Without the schema this library
+ * needs nothing is booked anyway, and there is nothing to read.
+ */
+static void
+quarantine_cover_leases(TimestampTz leases_since, TimestampTz now)
+{
+	int64		longest_us = 0;
+	bool		known;
+	TimestampTz until;
+
+	SpinLockAcquire(&FrameqWorker->mutex);
+	known = FrameqWorker->longest_known;
+	SpinLockRelease(&FrameqWorker->mutex);
+	if (known ||
+		!worker_step_guarded(STEP_LONGEST_LEASE, leases_since, now, 0, &longest_us))
+		return;
+
+	SpinLockAcquire(&FrameqWorker->mutex);
+	until = FrameqWorker->quarantine_start + frameq_lease_period_for_us(longest_us);
+	if (until > FrameqWorker->quarantine_until)
+		FrameqWorker->quarantine_until = until;
+	else
+		longest_us = 0;
+	FrameqWorker->longest_known = true;
+	SpinLockRelease(&FrameqWorker->mutex);
+	if (longest_us > 0 && frameq_quarantine)
+		elog(LOG, "frameq worker: a host holds a lease of %.1f s, longer than frameq.lease_ttl; the quarantine lasts %.1f s",
+			 longest_us / 1e6, frameq_lease_period_for_us(longest_us) / 1e6);
+}
+
+/*
  * One round: re-arm after start or a clock jump, move the deadlines by a
  * jump (*jump microseconds, zeroed once done), expire, time out, send,
  * settle the jobs whose finish or limits on failure were left to us, and
@@ -509,6 +555,7 @@ worker_round(bool rearm, TimestampTz leases_since, TimestampTz now, bool expire,
 
 	if (rearm)
 		rearm_done = worker_step_guarded(STEP_REARM, leases_since, now, 0, &rearmed);
+	quarantine_cover_leases(leases_since, now);
 	if (*jump != 0 &&
 		worker_step_guarded(STEP_SHIFT_DEADLINES, leases_since, now, *jump, &shifted))
 		*jump = 0;

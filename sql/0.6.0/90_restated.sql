@@ -1452,6 +1452,7 @@ BEGIN
 	lease_ttl := frameq._lease_ttl();
 	UPDATE frameq.host x SET epoch = h.epoch + 1, boot_id = attach.boot_id,
 		   lease_expires_at = clock_timestamp() + attach.lease_ttl,
+		   lease_granted = attach.lease_ttl,
 		   last_renewal_at = clock_timestamp(),
 		   /* a host down only because it lost its lease is back */
 		   state = CASE WHEN x.down_reason = 'lease_lost' THEN 'up' ELSE x.state END,
@@ -1462,6 +1463,74 @@ BEGIN
 	/* where the worker announces this host's kill orders: LISTEN on it */
 	host_id := h.id;
 	channel := 'frameq_host_' || h.id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION frameq.heartbeat(host text, token text, epoch bigint, running bigint[],
+								 report jsonb DEFAULT NULL,
+								 OUT lease_ttl interval, OUT kill bigint[])
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = 0 AS $$
+#variable_conflict use_column
+DECLARE
+	h frameq.host := frameq._host_lock(host, token);
+	zombies bigint[];
+BEGIN
+	PERFORM frameq._not_null(epoch, 'epoch');
+	IF running IS NULL THEN
+		running := '{}';
+	END IF;
+	IF cardinality(running) > 100000 THEN
+		PERFORM frameq._too_big('running', pg_catalog.format('%s procs, at most 100000', cardinality(running)));
+	END IF;
+	IF array_position(running, NULL) IS NOT NULL THEN
+		RAISE EXCEPTION 'running must not contain null' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	/* fencing, as reserve() does it (src/lease.c): FQ001, FQ002 */
+	PERFORM frameq._check_lease(h.id, host, epoch);
+
+	/*
+	 * Confirm kills and losses.  A row lock held outside frameq_admin (a
+	 * submitter's open kill_frame, a render's fence) must not hold up the
+	 * renewal below: the releases wait at most frameq.lock_wait for a lock
+	 * (frameq's own holders, such as the worker sending kill orders, are
+	 * done long before), then are given up together; the next heartbeat
+	 * confirms what this one could not.
+	 */
+	IF EXISTS (SELECT 1 FROM frameq.proc x
+				WHERE x.host = h.id AND x.id <> ALL (heartbeat.running)
+				  AND (x.state = 'killing'
+					   OR (x.epoch = h.epoch AND x.booked_at < h.last_renewal_at))) THEN
+		BEGIN
+			PERFORM frameq._bound_lock_waits();
+			/*
+			 * Kill orders the host no longer lists are confirmed dead;
+			 * bookings it has demonstrably seen and no longer runs were
+			 * lost.  One call, so that all are locked before any is released.
+			 */
+			PERFORM frameq._release_procs(
+				ARRAY(SELECT x.id FROM frameq.proc x
+					   WHERE x.host = h.id AND x.id <> ALL (heartbeat.running)
+						 AND (x.state = 'killing'
+							  OR (x.epoch = h.epoch AND x.booked_at < h.last_renewal_at))),
+				NULL);
+		EXCEPTION WHEN lock_not_available THEN
+			RAISE LOG 'frameq: heartbeat of host "%" left its releases to the next heartbeat: a row it needs is locked by another session', h.name;
+		END;
+	END IF;
+	/* how the renders are doing; stalled ones become kill orders, returned below */
+	PERFORM frameq._take_report(h.id, h.epoch, report);
+	/* anything listed that is not live here and now is a zombie: kill it */
+	zombies := ARRAY(SELECT r FROM unnest(heartbeat.running) r
+					  WHERE NOT EXISTS (SELECT 1 FROM frameq.proc x
+										 WHERE x.id = r AND x.host = h.id
+										   AND x.epoch = h.epoch));
+	lease_ttl := frameq._lease_ttl();
+	UPDATE frameq.host x SET lease_expires_at = clock_timestamp() + heartbeat.lease_ttl,
+		   lease_granted = heartbeat.lease_ttl,
+		   last_renewal_at = clock_timestamp()
+	 WHERE x.id = h.id;
+	kill := ARRAY(SELECT x.id FROM frameq.proc x WHERE x.host = h.id AND x.state = 'killing'
+				  UNION SELECT unnest(zombies) ORDER BY 1);
 END
 $$;
 
@@ -2077,11 +2146,22 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION frameq._lease_period(ttl interval) RETURNS interval
+	AS 'MODULE_PATHNAME', 'frameq_lease_period_for' LANGUAGE C STABLE STRICT
+	SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION frameq._longest_lease_us() RETURNS bigint
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT coalesce(max(extract(epoch FROM x.lease_granted) * 1000000), 0)::bigint
+	  FROM frameq.host x
+	 WHERE x.lease_expires_at IS NOT NULL AND x.retired_at IS NULL
+$$;
+
 CREATE OR REPLACE FUNCTION frameq._expire_leases(since timestamptz, at timestamptz DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-	period interval := frameq.lease_period();
+	ttl interval := frameq._lease_ttl();
 	/*
 	 * "Now" as the worker read it, next to its clock-jump check: a step of
 	 * the clock after that check must not make leases look old in this
@@ -2097,7 +2177,8 @@ BEGIN
 								  pg_catalog.current_setting('frameq.lock_wait'), true);
 	FOR candidate IN SELECT x.id FROM frameq.host x
 					  WHERE x.lease_expires_at IS NOT NULL
-						AND (greatest(x.last_renewal_at, since) OPERATOR(pg_catalog.+) period)
+						AND (greatest(x.last_renewal_at, since) OPERATOR(pg_catalog.+)
+							 frameq._lease_period(coalesce(x.lease_granted, ttl)))
 							OPERATOR(pg_catalog.<) at_time
 					  ORDER BY x.id LOOP
 		BEGIN
@@ -2108,7 +2189,8 @@ BEGIN
 			END IF;
 			SELECT * INTO h FROM frameq.host x WHERE x.id OPERATOR(pg_catalog.=) candidate;
 			CONTINUE WHEN h.lease_expires_at IS NULL
-					   OR (greatest(h.last_renewal_at, since) OPERATOR(pg_catalog.+) period)
+					   OR (greatest(h.last_renewal_at, since) OPERATOR(pg_catalog.+)
+						   frameq._lease_period(coalesce(h.lease_granted, ttl)))
 						  OPERATOR(pg_catalog.>=) at_time;
 			PERFORM frameq._release_procs(ARRAY(SELECT x.id FROM frameq.proc x
 												 WHERE x.host OPERATOR(pg_catalog.=) h.id),
@@ -2815,6 +2897,8 @@ REVOKE ALL ON FUNCTION
 	frameq.kill_frames(bigint, text, text),
 	frameq.comment_job(bigint, text),
 	frameq._gate_memo(bool),
+	frameq._lease_period(interval),
+	frameq._longest_lease_us(),
 	frameq._prunable(bigint, timestamptz),
 	frameq._tally_add(text, text, bigint),
 	frameq._prune_jobs(bigint[]),

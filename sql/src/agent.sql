@@ -52,6 +52,7 @@ BEGIN
 	lease_ttl := frameq._lease_ttl();
 	UPDATE frameq.host x SET epoch = h.epoch + 1, boot_id = attach.boot_id,
 		   lease_expires_at = clock_timestamp() + attach.lease_ttl,
+		   lease_granted = attach.lease_ttl,
 		   last_renewal_at = clock_timestamp(),
 		   /* a host down only because it lost its lease is back */
 		   state = CASE WHEN x.down_reason = 'lease_lost' THEN 'up' ELSE x.state END,
@@ -237,6 +238,7 @@ BEGIN
 										   AND x.epoch = h.epoch));
 	lease_ttl := frameq._lease_ttl();
 	UPDATE frameq.host x SET lease_expires_at = clock_timestamp() + heartbeat.lease_ttl,
+		   lease_granted = heartbeat.lease_ttl,
 		   last_renewal_at = clock_timestamp()
 	 WHERE x.id = h.id;
 	kill := ARRAY(SELECT x.id FROM frameq.proc x WHERE x.host = h.id AND x.state = 'killing'

@@ -103,6 +103,12 @@ CREATE TABLE frameq.host (
 	registered_at timestamptz NOT NULL DEFAULT clock_timestamp(),
 	/* set when the host leaves the farm: its name and token stop working */
 	retired_at	timestamptz,
+	/*
+	 * the lease_ttl its last attach or heartbeat handed out: the lease
+	 * lasts that long whatever lease_ttl is set to since (NULL: granted
+	 * before 0.6.0, read as the current lease_ttl)
+	 */
+	lease_granted interval,
 	/* one constraint, not four: every booking re-checks it */
 	CONSTRAINT host_idle_within_capacity CHECK (
 		idle_cc BETWEEN 0 AND cores_cc AND idle_memory BETWEEN 0 AND memory AND

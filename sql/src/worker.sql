@@ -22,6 +22,25 @@ CREATE FUNCTION frameq.lease_period() RETURNS interval
 	AS 'MODULE_PATHNAME', 'frameq_lease_period' LANGUAGE C STABLE
 	SET search_path = pg_catalog, pg_temp;
 
+/*
+ * The period of a lease granted for ttl (host.lease_granted): a lease
+ * lasts what its attach or heartbeat handed out, whatever lease_ttl is now.
+ */
+CREATE FUNCTION frameq._lease_period(ttl interval) RETURNS interval
+	AS 'MODULE_PATHNAME', 'frameq_lease_period_for' LANGUAGE C STABLE STRICT
+	SET search_path = pg_catalog, pg_temp;
+
+/*
+ * The longest lease a host holds, in microseconds (0: none): the worker
+ * stretches the quarantine after a start to cover it.
+ */
+CREATE FUNCTION frameq._longest_lease_us() RETURNS bigint
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT coalesce(max(extract(epoch FROM x.lease_granted) * 1000000), 0)::bigint
+	  FROM frameq.host x
+	 WHERE x.lease_expires_at IS NOT NULL AND x.retired_at IS NULL
+$$;
+
 /* after a start or a clock jump: every current lease runs a full ttl from now */
 CREATE FUNCTION frameq._rearm_leases() RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
@@ -34,7 +53,10 @@ $$;
 
 /*
  * Hosts whose last renewal (or "since", the server's start or last clock
- * jump, if later) is more than a lease period old have lost their lease:
+ * jump, if later) is more than a lease period old have lost their lease
+ * (the period of the ttl their lease was granted for, which a lease_ttl
+ * lowered since does not shorten; the current one for a lease granted
+ * before frameq recorded it):
  * release their procs as host_lost, move their epoch on, mark them down.
  * Each host is re-checked under its lock, so a heartbeat that got there
  * first wins.
@@ -50,7 +72,7 @@ CREATE FUNCTION frameq._expire_leases(since timestamptz, at timestamptz DEFAULT 
 RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-	period interval := frameq.lease_period();
+	ttl interval := frameq._lease_ttl();
 	/*
 	 * "Now" as the worker read it, next to its clock-jump check: a step of
 	 * the clock after that check must not make leases look old in this
@@ -66,7 +88,8 @@ BEGIN
 								  pg_catalog.current_setting('frameq.lock_wait'), true);
 	FOR candidate IN SELECT x.id FROM frameq.host x
 					  WHERE x.lease_expires_at IS NOT NULL
-						AND (greatest(x.last_renewal_at, since) OPERATOR(pg_catalog.+) period)
+						AND (greatest(x.last_renewal_at, since) OPERATOR(pg_catalog.+)
+							 frameq._lease_period(coalesce(x.lease_granted, ttl)))
 							OPERATOR(pg_catalog.<) at_time
 					  ORDER BY x.id LOOP
 		BEGIN
@@ -77,7 +100,8 @@ BEGIN
 			END IF;
 			SELECT * INTO h FROM frameq.host x WHERE x.id OPERATOR(pg_catalog.=) candidate;
 			CONTINUE WHEN h.lease_expires_at IS NULL
-					   OR (greatest(h.last_renewal_at, since) OPERATOR(pg_catalog.+) period)
+					   OR (greatest(h.last_renewal_at, since) OPERATOR(pg_catalog.+)
+						   frameq._lease_period(coalesce(h.lease_granted, ttl)))
 						  OPERATOR(pg_catalog.>=) at_time;
 			PERFORM frameq._release_procs(ARRAY(SELECT x.id FROM frameq.proc x
 												 WHERE x.host OPERATOR(pg_catalog.=) h.id),

@@ -50,7 +50,7 @@ trap cleanup EXIT
 
 status=0
 $PY - <<'PY' || status=$?
-import os, time
+import os, threading, time
 import psycopg2
 import fqtest
 from fqtest import (attach, bail, check_clean, cluster_lib, create_farm, fail, finish, heartbeat, ok, queries,
@@ -88,12 +88,27 @@ if not reserve(q, S) or not reserve(q, B):
     bail("setup: no bookings on the primary")
 
 # ------------------------------------------------------------ the standby
-cluster_lib('cd "$STANDBY_DIR" && runuser -u postgres -- "$FRAMEQ_PGBIN/pg_basebackup" -h "$PGHOST" -p "$PGPORT" '
-            '-U postgres -D "$STANDBY_DATA" -R -X stream -c fast --no-sync')
-with open(os.path.join(os.environ["STANDBY_DATA"], "postgresql.conf"), "a") as f:
-    f.write("\n# ---- the standby of worker_standby.sh ----\nport = %s\nunix_socket_directories = '%s'\n"
-            % (os.environ["STANDBY_PORT"], os.environ["STANDBY_DIR"]))
-cluster_lib('standby_ctl -w start >/dev/null')
+# the agents renew on their own connection while the base backup is taken
+# and the standby starts: on a loaded machine that takes longer than the
+# 3.1 s lease period
+beats_done = threading.Event()
+def keep_renewing():
+    bq, _ = queries(connect())
+    while not beats_done.wait(0.3):
+        heartbeat(bq, S)
+        heartbeat(bq, B)
+beater = threading.Thread(target=keep_renewing)
+beater.start()
+try:
+    cluster_lib('cd "$STANDBY_DIR" && runuser -u postgres -- "$FRAMEQ_PGBIN/pg_basebackup" -h "$PGHOST" -p "$PGPORT" '
+                '-U postgres -D "$STANDBY_DATA" -R -X stream -c fast --no-sync')
+    with open(os.path.join(os.environ["STANDBY_DATA"], "postgresql.conf"), "a") as f:
+        f.write("\n# ---- the standby of worker_standby.sh ----\nport = %s\nunix_socket_directories = '%s'\n"
+                % (os.environ["STANDBY_PORT"], os.environ["STANDBY_DIR"]))
+    cluster_lib('standby_ctl -w start >/dev/null')
+finally:
+    beats_done.set()
+    beater.join()
 sb = connect(standby=True)
 sq, sq1 = queries(sb)
 if sq1("SELECT pg_is_in_recovery()") is not True:
