@@ -2505,12 +2505,14 @@ SELECT 'frameq_oldest_waiting_seconds', jsonb_build_object('show', sh.name),
   FROM frameq.show sh
 UNION ALL
 SELECT 'frameq_hosts', jsonb_build_object('state', s.state), coalesce(h.n, 0)::float8
-  FROM (SELECT unnest('{up,down,repair}'::text[]) UNION SELECT x.state FROM farm x) s(state)
+  FROM (SELECT unnest('{up,down,repair,drain}'::text[]) UNION SELECT x.state FROM farm x) s(state)
   LEFT JOIN farm h ON h.state = s.state
 UNION ALL
 SELECT 'frameq_cores', jsonb_build_object('state', s.state),
-	   coalesce((SELECT CASE s.state WHEN 'idle' THEN h.idle_cc ELSE h.cc - h.idle_cc END
-				   FROM farm h WHERE h.state = 'up'), 0)::float8 / 100.0
+	   /* idle: bookable, so of up hosts; used: booked, on any host (a drained one's too) */
+	   coalesce(CASE s.state
+				WHEN 'idle' THEN (SELECT sum(h.idle_cc) FROM farm h WHERE h.state = 'up')
+				ELSE (SELECT sum(h.cc - h.idle_cc) FROM farm h) END, 0)::float8 / 100.0
   FROM unnest('{idle,used}'::text[]) s(state)
 UNION ALL
 SELECT 'frameq_kill_orders', '{}', count(*)::float8 FROM frameq.proc p WHERE p.state = 'killing'

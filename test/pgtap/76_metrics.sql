@@ -8,7 +8,7 @@
 BEGIN;
 \ir include/helpers.psql
 
-SELECT plan(40);
+SELECT plan(44);
 
 CREATE FUNCTION pg_temp.m(name text, labels jsonb DEFAULT '{}') RETURNS float8 LANGUAGE sql AS $$
 	SELECT x.value FROM frameq.metrics x WHERE x.name = $1 AND x.labels = $2 $$;
@@ -70,6 +70,13 @@ SELECT is(pg_temp.m('frameq_hosts', '{"state": "down"}'), 0::float8, 'hosts down
 SELECT is(pg_temp.m('frameq_hosts', '{"state": "repair"}'), 1::float8, 'hosts in repair: h3');
 SELECT is(pg_temp.m('frameq_cores', '{"state": "idle"}'), 10::float8, 'idle cores of up hosts: 6 + 4');
 SELECT is(pg_temp.m('frameq_cores', '{"state": "used"}'), 2::float8, 'used cores of up hosts: a 3');
+SELECT is(pg_temp.m('frameq_hosts', '{"state": "drain"}'), 0::float8, 'hosts draining: none, the series is there');
+/* a drained host's booked cores are still used; its free ones are not bookable */
+SELECT frameq.set_host_state('t76-h1', 'drain') AS _ \gset
+SELECT is(pg_temp.m('frameq_cores', '{"state": "used"}'), 2::float8, 'used cores with h1 draining: still a 3');
+SELECT is(pg_temp.m('frameq_cores', '{"state": "idle"}'), 4::float8, 'idle cores with h1 draining: h2''s 4');
+SELECT is(pg_temp.m('frameq_hosts', '{"state": "drain"}'), 1::float8, 'hosts draining: h1');
+SELECT frameq.set_host_state('t76-h1', 'up') AS _ \gset
 SELECT is(pg_temp.m('frameq_kill_orders'), 1::float8, 'kill orders: a 3');
 SELECT is(pg_temp.m('frameq_runs_ended_total', '{"reason": "completed"}'), 3::float8,
 	'runs ended completed: a 1, a 2, d 1');
