@@ -2157,6 +2157,16 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 	 WHERE x.lease_expires_at IS NOT NULL AND x.retired_at IS NULL
 $$;
 
+CREATE OR REPLACE FUNCTION frameq._rearm_leases() RETURNS bigint
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+	WITH r AS (
+		UPDATE frameq.host
+		   SET lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)
+								  coalesce(lease_granted, frameq._lease_ttl())
+		 WHERE lease_expires_at IS NOT NULL RETURNING 1)
+	SELECT pg_catalog.count(*) FROM r
+$$;
+
 CREATE OR REPLACE FUNCTION frameq._expire_leases(since timestamptz, at timestamptz DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$

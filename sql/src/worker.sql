@@ -41,12 +41,17 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 	 WHERE x.lease_expires_at IS NOT NULL AND x.retired_at IS NULL
 $$;
 
-/* after a start or a clock jump: every current lease runs a full ttl from now */
+/*
+ * after a start or a clock jump: every current lease runs a full ttl from
+ * now, the ttl it was granted (lowered since, the lease would lapse before
+ * its agent's next renewal, which it times by that ttl)
+ */
 CREATE FUNCTION frameq._rearm_leases() RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 	WITH r AS (
 		UPDATE frameq.host
-		   SET lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) frameq._lease_ttl()
+		   SET lease_expires_at = pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+)
+								  coalesce(lease_granted, frameq._lease_ttl())
 		 WHERE lease_expires_at IS NOT NULL RETURNING 1)
 	SELECT pg_catalog.count(*) FROM r
 $$;

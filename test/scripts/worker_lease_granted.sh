@@ -14,7 +14,8 @@
 #    that.  Another host's next heartbeat is granted 1 s.
 # 2. the server restarted with lease_ttl = 1 s while the host holds its 6 s
 #    lease: the quarantine lasts 7.3 s, not 2.05 s (worker_status), reserve
-#    books nothing in it, and the silent host keeps its proc until it ends.
+#    books nothing in it, the host's lease is re-armed for 6 s from the
+#    start, and the silent host keeps its proc until the quarantine ends.
 #
 # Without host.lease_granted both fail: the host is expired about 2 s after
 # its renewal, and the quarantine ends after 2.05 s.
@@ -190,6 +191,14 @@ elif booked_in_quarantine or tries < 20:
 else:
     ok("restarted with lease_ttl 1 s: the quarantine covers the 6 s lease held (%.2f s); %d reserves in it booked "
        "nothing" % (length, tries))
+# re-armed at the start by the ttl it was granted, not the current 1 s (which
+# would lapse before its agent's next renewal)
+rearmed = q1("SELECT extract(epoch FROM h.lease_expires_at - w.quarantine_start)::float8"
+             "  FROM frameq.host h, frameq.worker_status() w WHERE h.id = %s", L["id"])
+if not GRANTED - 0.1 <= rearmed <= GRANTED + 1.0:
+    fail("restart: the long host's lease was re-armed to %.2f s after the start, wanted %.0f s" % (rearmed, GRANTED))
+else:
+    ok("restart: the long host's lease re-armed to its granted %.0f s (%.2f s after the start)" % (GRANTED, rearmed))
 # the silent host: its lease counted from the start, by the lease it was granted
 start = q1("SELECT quarantine_start FROM frameq.worker_status()")
 watch_silent("restart", L, start, LONG_PERIOD, 1)
