@@ -317,6 +317,9 @@ worker_step(WorkerStep step, TimestampTz leases_since, TimestampTz now, int64 ju
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "frameq worker: leases and kill orders");
 
+	/* the longest lease is not known until the schema that records it is there */
+	if (step == STEP_LONGEST_LEASE)
+		result = -1;
 	if (worker_schema_ready())
 	{
 		if (step == STEP_REARM)
@@ -496,9 +499,9 @@ worker_count(TimestampTz leases_since, TimestampTz now)
 /*
  * Once after the start: stretch the quarantine to the period of the
  * longest lease a host holds, if that is longer than the current
- * lease_ttl's.  Until this has read it (a failed step is tried again the
- * next round) the quarantine holds.  Without the schema this library
- * needs nothing is booked anyway, and there is nothing to read.
+ * lease_ttl's.  Until this has read it (a failed step, or one without the
+ * schema this library needs, is tried again the next round) the
+ * quarantine holds; read late, the quarantine still counts from the start.
  */
 static void
 quarantine_cover_leases(TimestampTz leases_since, TimestampTz now)
@@ -511,7 +514,8 @@ quarantine_cover_leases(TimestampTz leases_since, TimestampTz now)
 	known = FrameqWorker->longest_known;
 	SpinLockRelease(&FrameqWorker->mutex);
 	if (known ||
-		!worker_step_guarded(STEP_LONGEST_LEASE, leases_since, now, 0, &longest_us))
+		!worker_step_guarded(STEP_LONGEST_LEASE, leases_since, now, 0, &longest_us) ||
+		longest_us < 0)
 		return;
 
 	SpinLockAcquire(&FrameqWorker->mutex);

@@ -23,6 +23,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock
 #variable_conflict use_column
 DECLARE
 	h frameq.host := frameq._host_lock(host, token);
+	granted_at timestamptz;
 BEGIN
 	/* a reboot's releases and the kill orders wait at most frameq.lock_wait for others' locks */
 	PERFORM frameq._bound_lock_waits();
@@ -50,10 +51,12 @@ BEGIN
 		 WHERE x.host = h.id AND x.state = 'running';
 	END IF;
 	lease_ttl := frameq._lease_ttl();
+	granted_at := clock_timestamp();
 	UPDATE frameq.host x SET epoch = h.epoch + 1, boot_id = attach.boot_id,
-		   lease_expires_at = clock_timestamp() + attach.lease_ttl,
-		   lease_granted = attach.lease_ttl,
-		   last_renewal_at = clock_timestamp(),
+		   lease_expires_at = granted_at + attach.lease_ttl,
+		   lease_granted = frameq._lease_grant(x.last_renewal_at, x.lease_granted,
+											   attach.lease_ttl, granted_at),
+		   last_renewal_at = granted_at,
 		   /* a host down only because it lost its lease is back */
 		   state = CASE WHEN x.down_reason = 'lease_lost' THEN 'up' ELSE x.state END,
 		   down_reason = CASE WHEN x.down_reason = 'lease_lost' THEN NULL ELSE x.down_reason END
@@ -186,6 +189,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock
 DECLARE
 	h frameq.host := frameq._host_lock(host, token);
 	zombies bigint[];
+	granted_at timestamptz;
 BEGIN
 	PERFORM frameq._not_null(epoch, 'epoch');
 	IF running IS NULL THEN
@@ -237,9 +241,11 @@ BEGIN
 										 WHERE x.id = r AND x.host = h.id
 										   AND x.epoch = h.epoch));
 	lease_ttl := frameq._lease_ttl();
-	UPDATE frameq.host x SET lease_expires_at = clock_timestamp() + heartbeat.lease_ttl,
-		   lease_granted = heartbeat.lease_ttl,
-		   last_renewal_at = clock_timestamp()
+	granted_at := clock_timestamp();
+	UPDATE frameq.host x SET lease_expires_at = granted_at + heartbeat.lease_ttl,
+		   lease_granted = frameq._lease_grant(x.last_renewal_at, x.lease_granted,
+											   heartbeat.lease_ttl, granted_at),
+		   last_renewal_at = granted_at
 	 WHERE x.id = h.id;
 	kill := ARRAY(SELECT x.id FROM frameq.proc x WHERE x.host = h.id AND x.state = 'killing'
 				  UNION SELECT unnest(zombies) ORDER BY 1);

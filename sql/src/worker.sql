@@ -31,6 +31,25 @@ CREATE FUNCTION frameq._lease_period(ttl interval) RETURNS interval
 	SET search_path = pg_catalog, pg_temp;
 
 /*
+ * The lease_granted that attach and heartbeat record when they grant ttl at
+ * "at", the host's previous grant having been "granted" at "renewed": ttl,
+ * or more if the previous grant can outlive it.  An agent's renders live
+ * to the latest deadline any grant gave them (its supervisors never move a
+ * deadline earlier, and a renewal whose answer was lost moves none), so a
+ * lease_ttl lowered since must not end the lease sooner: the result makes
+ * at + result * (1 + clock_drift) no earlier than renewed + granted *
+ * (1 + clock_drift), the previous grant's end by any clock.  By induction
+ * it covers every grant before.
+ */
+CREATE FUNCTION frameq._lease_grant(renewed timestamptz, granted interval, ttl interval,
+									at timestamptz) RETURNS interval
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+	SELECT CASE WHEN renewed IS NULL OR granted IS NULL THEN ttl
+				ELSE greatest(ttl, granted - (at - renewed) /
+								   (1 + current_setting('frameq.clock_drift')::float8)) END
+$$;
+
+/*
  * The longest lease a host holds, in microseconds (0: none): the worker
  * stretches the quarantine after a start to cover it.
  */

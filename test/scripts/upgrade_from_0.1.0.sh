@@ -197,6 +197,16 @@ for k in before:
     else:
         ok("%s: all %d rows unchanged" % (k, len(before[k])))
 
+# the leases held across the update: recorded as granted for what they run
+# (0.6.0; lease_expires_at - last_renewal_at, the ttl of the last renewal)
+leases = q("SELECT count(*), count(*) FILTER (WHERE lease_granted = lease_expires_at - last_renewal_at"
+           "                                  AND lease_granted > interval '0')"
+           "  FROM frameq.host WHERE lease_expires_at IS NOT NULL")[0]
+if leases[0] == 0 or leases[0] != leases[1]:
+    fail("leases held across the update: %d, %d of them with lease_granted their ttl" % leases)
+else:
+    ok("the %d leases held across the update are recorded as granted for their ttl" % leases[0])
+
 # the kill order is still one, and the host is told so
 st = q("SELECT state, want_state, kill_reason FROM frameq.proc WHERE id = %s", killed)
 if st != [("killing", "dead", "upgrade test")]:

@@ -8,10 +8,10 @@
 # On a cluster of its own (lease_margin 1 s, clock_drift 0.05), a host
 # granted a 6 s lease, whose lease period is therefore 6 * 1.05 + 1 = 7.3 s:
 #
-# 1. lease_ttl lowered to 1 s by a reload (its period 2.05 s): the silent
-#    host keeps its proc, its frame running and its epoch until 7.3 s after
-#    its last renewal (server clock), and is expired within 1.5 s after
-#    that.  Another host's next heartbeat is granted 1 s.
+# 1. lease_ttl lowered to 1 s by a reload (its period 2.05 s), and the
+#    host renewed once more, granted 1 s: it keeps its proc, its frame
+#    running and its epoch until 7.3 s after its renewal at 6 s (server
+#    clock), and is expired within 1.5 s after that.
 # 2. the server restarted with lease_ttl = 1 s while the host holds its 6 s
 #    lease: the quarantine lasts 7.3 s, not 2.05 s (worker_status), reserve
 #    books nothing in it, the host's lease is re-armed for 6 s from the
@@ -136,12 +136,18 @@ renewed = q1("SELECT last_renewal_at FROM frameq.host WHERE id = %s", L["id"])
 if lease_of(L)[0] != GRANTED:
     fail("the heartbeat recorded a lease of %s s, wanted %s" % (lease_of(L)[0], GRANTED))
 set_and_reload(q, "frameq.lease_ttl", "1s", bail)
-granted_now = q1("SELECT extract(epoch FROM lease_ttl)::float8 FROM frameq.heartbeat(%s, %s, %s, '{}')",
-                 B["name"], B["token"], B["epoch"])
-if granted_now != 1.0 or lease_of(B)[0] != 1.0:
-    fail("after the reload a heartbeat was granted %s s (recorded %s), wanted 1" % (granted_now, lease_of(B)[0]))
+# the host renews once at the lower ttl, and falls silent: its agent's
+# renders still live to the 6 s grant's deadline (a supervisor never moves
+# a deadline earlier, and this answer could have been lost on its way)
+granted_now = q1("SELECT extract(epoch FROM lease_ttl)::float8 FROM frameq.heartbeat(%s, %s, %s, %s::bigint[])",
+                 L["name"], L["token"], L["epoch"], L["procs"])
+if granted_now != 1.0:
+    fail("after the reload the heartbeat was granted %s s, wanted 1" % granted_now)
 else:
     ok("after lowering lease_ttl to 1 s, the next heartbeat is granted 1 s")
+kept = lease_of(L)[0]
+if not GRANTED - 0.5 < kept <= GRANTED:
+    fail("the renewal at 1 s recorded a lease of %s s: it must cover what is left of the 6 s grant" % kept)
 watch_silent("lease_ttl lowered", L, renewed, LONG_PERIOD)
 check_clean(q, "after the lowered lease_ttl")
 
