@@ -340,6 +340,12 @@ enum kill_why
 struct run;
 
 extern struct run *runs_launch(const struct launch *l, int64_t deadline_ns);
+/*
+ * The memory limits after renders started or ended, to the supervisors
+ * whose limit moved: once for all of them (runs_reap() and the main loop
+ * call it, and the agent after launching its bookings).
+ */
+extern void runs_push_limits(void);
 /* after every renewal: the new deadline and kill grace to every supervisor */
 extern void runs_kill(int64_t proc, enum kill_why why, const char *reason);
 extern void runs_kill_all(enum kill_why why, const char *reason);

@@ -1022,6 +1022,8 @@ launch_bookings(struct booking *bs, int nb)
 			free(b->env[k]);
 		free(b->env);
 	}
+	/* the others' memory limits, once for all of these launches */
+	runs_push_limits();
 }
 
 /*
@@ -1769,6 +1771,7 @@ main(int argc, char **argv)
 			exit_code = EXIT_VERSION;
 			break;
 		}
+		runs_push_limits();
 		wait_events();
 	}
 	db_disconnect("stopped");

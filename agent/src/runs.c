@@ -80,6 +80,7 @@ struct run
 	bool		child;			/* our child: waitpid() tells when it ends */
 	bool		leftover;		/* an earlier agent's */
 	int			pipe_fd;		/* deadlines to the supervisor; -1 if none */
+	int64_t		sent_limit;		/* the memory limit it was last sent */
 	bool		sup_alive;
 	bool		sup_killed;		/* SIGKILL sent to a supervisor that would not die */
 
@@ -110,6 +111,7 @@ static struct run *runs;
 static char *state_dir;
 static int64_t host_memory;		/* what the limits are computed from; <= 0 none */
 static struct lease_msg last_msg = {.memory_limit = -1};	/* the last deadline sent */
+static bool limits_changed;		/* a render started or ended since the last push */
 static bool launch_error;
 static bool ended_flag;
 static bool token_refused_flag;
@@ -204,33 +206,51 @@ drop(struct run *r)
 	ended_flag = true;
 }
 
-/*
- * The most memory r's tree may use: its booking plus what the host offers
- * beyond the bookings of every render alive now (never less than nothing);
- * -1 when limits are off.
- */
+/* the memory booked by every render alive now */
 static int64_t
-memory_limit(const struct run *r)
+booked_memory(void)
 {
 	int64_t		booked = 0;
 
-	if (host_memory <= 0)
-		return -1;
 	for (const struct run *o = runs; o; o = o->next)
 		if (is_live(o))
 			booked += o->b.memory;
+	return booked;
+}
+
+/*
+ * The most memory r's tree may use: its booking plus what the host offers
+ * beyond the bookings of every render alive now (booked_memory(), never
+ * less than nothing); -1 when limits are off.
+ */
+static int64_t
+limit_of(const struct run *r, int64_t booked)
+{
+	if (host_memory <= 0)
+		return -1;
 	return r->b.memory + (host_memory > booked ? host_memory - booked : 0);
+}
+
+static int64_t
+memory_limit(const struct run *r)
+{
+	return limit_of(r, booked_memory());
 }
 
 /*
  * The last deadline, with each run's memory limit as it stands now, to
- * every supervisor.  A full pipe (a supervisor that does not read) loses
- * this one; it still has the previous deadline, which is the safe side.
- * Before the first renewal there is no deadline to send.
+ * every supervisor (all), or only to those whose limit is not the one they
+ * were last sent (a render started or ended: runs_push_limits).  A full
+ * pipe (a supervisor that does not read) loses this one; it still has the
+ * previous deadline, which is the safe side, and a limit not sent is sent
+ * again with the next push.  Before the first renewal there is no deadline
+ * to send.
  */
 static void
-push_all(void)
+push(bool all)
 {
+	int64_t		booked = booked_memory();
+
 	if (last_msg.deadline_ns == 0)
 		return;
 	for (struct run *r = runs; r; r = r->next)
@@ -239,13 +259,33 @@ push_all(void)
 
 		if (r->pipe_fd < 0)
 			continue;
-		msg.memory_limit = memory_limit(r);
-		if (write(r->pipe_fd, &msg, sizeof(msg)) < 0 && errno == EPIPE)
+		msg.memory_limit = limit_of(r, booked);
+		if (!all && msg.memory_limit == r->sent_limit)
+			continue;
+		if (write(r->pipe_fd, &msg, sizeof(msg)) == sizeof(msg))
+			r->sent_limit = msg.memory_limit;
+		else if (errno == EPIPE)
 		{
 			close(r->pipe_fd);
 			r->pipe_fd = -1;
 		}
 	}
+}
+
+/*
+ * The limits after the renders that started or ended since the last push:
+ * once for all of them (a batch of ends and the launches of its bookings
+ * would otherwise wake every supervisor once for each), and only to the
+ * supervisors whose limit moved.  Called after each reaping and each
+ * launch of bookings, so that no limit waits for a database round trip.
+ */
+void
+runs_push_limits(void)
+{
+	if (!limits_changed)
+		return;
+	limits_changed = false;
+	push(false);
 }
 
 static struct run *
@@ -289,7 +329,7 @@ finalize(struct run *r)
 				  r->leftover ? " leftover=yes" : "");
 
 	/* the limits of the others grow by what this one had booked */
-	push_all();
+	limits_changed = true;
 	report = r->res.killed_by == KILLED_NONE || r->res.killed_by == KILLED_MEMORY ||
 		(r->res.killed_by == KILLED_AGENT && r->why == WHY_ORDER);
 	if (!report)
@@ -441,7 +481,7 @@ record_run(const struct run *r)
  * False if the supervisor could not be reached.
  */
 static bool
-send_go(const struct run *r, int64_t deadline_ns, int64_t grace_ns)
+send_go(struct run *r, int64_t deadline_ns, int64_t grace_ns)
 {
 	struct lease_msg msg = {
 		.deadline_ns = deadline_ns,
@@ -449,6 +489,7 @@ send_go(const struct run *r, int64_t deadline_ns, int64_t grace_ns)
 		.memory_limit = memory_limit(r)
 	};
 
+	r->sent_limit = msg.memory_limit;
 	if (write(r->pipe_fd, &msg, sizeof(msg)) == sizeof(msg))
 		return true;
 	log_event("launch-error", "proc=%" PRId64 " error=\"cannot reach the supervisor: %s\"",
@@ -482,8 +523,8 @@ runs_launch(const struct launch *l, int64_t deadline_ns)
 		r->pipe_fd = -1;
 		launch_error = true;
 	}
-	/* the others' limits shrink by what this one booked */
-	push_all();
+	/* the others' limits shrink by what this one booked (runs_push_limits) */
+	limits_changed = true;
 	return r;
 }
 
@@ -525,14 +566,14 @@ runs_push_deadline(int64_t deadline_ns, int64_t grace_ns)
 {
 	last_msg.deadline_ns = deadline_ns;
 	last_msg.grace_ns = grace_ns;
-	push_all();
+	push(true);
 }
 
 void
 runs_set_host_memory(int64_t bytes)
 {
 	host_memory = bytes;
-	push_all();
+	push(true);
 }
 
 char *
@@ -612,6 +653,8 @@ runs_reap(int64_t kill_grace_ns)
 			}
 		}
 	}
+	/* the limits after what ended here (and what was launched since) */
+	runs_push_limits();
 }
 
 void

@@ -392,35 +392,55 @@ kernel_oom(struct supervisor *s, bool failed)
 }
 
 /*
- * If the render has ended, write its result and exit.  Only the render is
- * waited for (orphans the supervisor adopted are reaped and forgotten);
- * whatever the render left behind in its group, and in its cgroup, is
- * killed with it, so that nothing of a finished frame runs on
- * unsupervised.
+ * The render has exited and is still a zombie: its pid, and so its process
+ * group's id, cannot have been reused yet.  Kill whatever it left in its
+ * group (and in its cgroup) now, reap it, write the result and exit.  The
+ * group is signalled before the reaping, not after it, because only then
+ * is it sure to be the render's own: after, a new process could have
+ * taken the pid and made a group of it (group_signal() would have to scan
+ * /proc to rule that out, which costs a loaded host far more than the
+ * render of a short frame).
+ */
+static void
+end_render(struct supervisor *s)
+{
+	int			status;
+	struct rusage ru;
+	bool		failed,
+				oom;
+	int64_t		peak;
+
+	kill(-s->render, SIGKILL);
+	while (wait4(s->render, &status, 0, &ru) < 0 && errno == EINTR)
+		;
+	failed = WIFSIGNALED(status) || WEXITSTATUS(status) != 0;
+	peak = memwatch_peak(&s->mem, (int64_t) ru.ru_maxrss * 1024);
+	oom = s->killed_by == KILLED_MEMORY || kernel_oom(s, failed);
+	memwatch_release(&s->mem);
+	if (WIFSIGNALED(status))
+		finish(s->l, 128 + WTERMSIG(status), WTERMSIG(status), peak, s->killed_by, oom);
+	finish(s->l, WEXITSTATUS(status), 0, peak, s->killed_by, oom);
+}
+
+/*
+ * If the render has ended, end the supervisor (end_render).  Orphans the
+ * supervisor adopted are reaped and forgotten; each child that has exited
+ * is looked at before it is reaped, so that the render is never reaped
+ * here.
  */
 static void
 reap_render(struct supervisor *s)
 {
-	int			status;
-	struct rusage ru;
-	pid_t		w;
-
-	while ((w = wait4(-1, &status, WNOHANG, &ru)) > 0)
+	for (;;)
 	{
-		bool		failed,
-					oom;
-		int64_t		peak;
+		siginfo_t	si;
 
-		if (w != s->render)
-			continue;
-		group_signal(s->render, s->me, SIGKILL);
-		failed = WIFSIGNALED(status) || WEXITSTATUS(status) != 0;
-		peak = memwatch_peak(&s->mem, (int64_t) ru.ru_maxrss * 1024);
-		oom = s->killed_by == KILLED_MEMORY || kernel_oom(s, failed);
-		memwatch_release(&s->mem);
-		if (WIFSIGNALED(status))
-			finish(s->l, 128 + WTERMSIG(status), WTERMSIG(status), peak, s->killed_by, oom);
-		finish(s->l, WEXITSTATUS(status), 0, peak, s->killed_by, oom);
+		memset(&si, 0, sizeof(si));
+		if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0)
+			return;
+		if (si.si_pid == s->render)
+			end_render(s);
+		waitpid(si.si_pid, NULL, WNOHANG);
 	}
 }
 
