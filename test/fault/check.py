@@ -1149,6 +1149,10 @@ class Checker:
                 self.violate(c, "output_duplicate",
                              f"frame {fid} has {len(outs)} output rows", frame=fid)
             out = outs[-1]
+            if out["proc"] != proc and self.publish_lost_in_failover(proc):
+                # an earlier render's output stays where this one's was lost
+                lost_publishes += 1
+                continue
             if out["proc"] != proc:
                 self.violate(c, "output_proc",
                              f"frame {fid}: output is proc {out['proc']}'s, the completed "

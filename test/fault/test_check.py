@@ -591,6 +591,30 @@ def publish_long_before_failover_is_not_excused():
             {"publishes_lost_in_failover": 0})
 
 
+def over_an_earlier_output(f):
+    """Frame 6 ran first as render 86 (1030-1033), which published its
+    output and was then lost by its agent; render 116 ran it again."""
+    f.attempt(6, 86, "h3", 1030, 1033, death="killed", reason="lost_by_agent",
+              end_state="waiting", accepted=False)
+    f.outputs[6] = {"frame": 6, "proc": 86, "content": "proc=86 chunk=0\nproc=86 chunk=1\n"}
+    f.publishes = [p for p in f.publishes if p["proc"] != 116]
+    return f
+
+
+@case
+def publish_lost_in_failover_over_an_earlier_output():
+    # the lost publish leaves the earlier render's output in place
+    f = over_an_earlier_output(clean())
+    f.fault(1045, 1047, "failover")
+    f.failovers.append({"wall": wall(1045)})
+    return f, [], {"publishes_lost_in_failover": 1}
+
+
+@case
+def earlier_output_without_a_failover_is_not_excused():
+    return over_an_earlier_output(clean()), [C3("output_proc", 6)], {"publishes_lost_in_failover": 0}
+
+
 @case
 def output_missing_though_its_publish_committed():
     f = lose_last_publish(clean(), 1045)
