@@ -332,7 +332,7 @@ typedef struct FrameqColumn
 /*
  * A table and the columns a read returns, in the order given; attnums is
  * the caller's array of ncols, zeroed at first (the columns' attribute
- * numbers, found and checked at each read).
+ * numbers, found and checked at each read), as are relid and indexid.
  */
 typedef struct FrameqTable
 {
@@ -341,6 +341,8 @@ typedef struct FrameqTable
 	int			ncols;
 	const FrameqColumn *cols;
 	AttrNumber *attnums;
+	Oid			relid;			/* kept per backend, checked at each read */
+	Oid			indexid;
 } FrameqTable;
 
 #define FRAMEQ_READ_MAX_KEYS	5

@@ -33,6 +33,7 @@
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/relation.h"
 #include "access/detoast.h"
 #include "access/relscan.h"
 #include "access/stratnum.h"
@@ -40,6 +41,7 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "executor/tuptable.h"
@@ -64,6 +66,36 @@ frameq_relid(const char *name)
 				 errmsg("relation frameq.%s does not exist", name),
 				 errhint("Run ALTER EXTENSION frameq UPDATE.")));
 	return relid;
+}
+
+/*
+ * Open frameq.<name> (a table, or an index), locked as a statement would
+ * lock it.  The relation's OID is kept per backend (*relid) and used only
+ * while it still names that relation: once opened and locked, it must be
+ * a relation of that name and kind in schema frameq, else it is looked up
+ * by name again (the extension dropped and created again, or upgraded).
+ */
+static Relation
+open_frameq_rel(const char *name, Oid *relid, char relkind)
+{
+	Relation	rel;
+
+	if (OidIsValid(*relid))
+	{
+		rel = try_relation_open(*relid, AccessShareLock);
+		if (rel != NULL && rel->rd_rel->relkind == relkind &&
+			strcmp(RelationGetRelationName(rel), name) == 0 &&
+			RelationGetNamespace(rel) == get_namespace_oid("frameq", true))
+			return rel;
+		if (rel != NULL)
+			relation_close(rel, AccessShareLock);
+	}
+	*relid = frameq_relid(name);
+	rel = relation_open(*relid, AccessShareLock);
+	if (rel->rd_rel->relkind != relkind)
+		elog(ERROR, "frameq: frameq.%s is not a %s", name,
+			 relkind == RELKIND_INDEX ? "index" : "table");
+	return rel;
 }
 
 /* find (again) where each of the table's columns is, checking its type */
@@ -139,7 +171,7 @@ frameq_read_begin(FrameqRead *r, FrameqTable *t, bool fresh, int nkeys,
 	r->table = t;
 	push_snapshot(fresh);
 	snap = GetActiveSnapshot();
-	r->rel = table_open(frameq_relid(t->relname), AccessShareLock);
+	r->rel = open_frameq_rel(t->relname, &t->relid, RELKIND_RELATION);
 	desc = RelationGetDescr(r->rel);
 	check_columns(t, desc);
 	r->slot = table_slot_create(r->rel, NULL);
@@ -159,7 +191,7 @@ frameq_read_begin(FrameqRead *r, FrameqTable *t, bool fresh, int nkeys,
 		return;
 	}
 
-	r->index = index_open(frameq_relid(t->indexname), AccessShareLock);
+	r->index = open_frameq_rel(t->indexname, &t->indexid, RELKIND_INDEX);
 	if (r->index->rd_index->indrelid != RelationGetRelid(r->rel) ||
 		r->index->rd_index->indnkeyatts < nkeys)
 		elog(ERROR, "frameq: index frameq.%s is not the one expected on frameq.%s",
