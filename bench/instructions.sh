@@ -126,7 +126,7 @@ run() {
 }
 low=$(run "$LOW")
 high=$(run "$HIGH")
-booked=$(grep -c 'count = "1"' "$OUT/output-$HIGH.txt" || true)
+booked=$(grep -c '^[[:space:]]*1: count = "1"' "$OUT/output-$HIGH.txt" || true)
 echo "$WHAT on item 2a's farm ($TREE at $(git -C "$TREE" rev-parse --short HEAD)):"
 echo "  $LOW calls: $low instructions; $HIGH calls: $high; $booked of $HIGH booked one"
 echo "  per call: $(((high - low) / (HIGH - LOW)))"
