@@ -18,7 +18,10 @@
 # LOW) instructions per call: start-up, shutdown and the first calls'
 # planning cancel out.  The same for the bare booking statement of item
 # 1's shared-queue ceiling (bench/run, floor_script 1 shared) with
-# FRAMEQ_INSTR_FLOOR=1.  The callgrind files of the HIGH run are kept in
+# FRAMEQ_INSTR_FLOOR=1; with FRAMEQ_INSTR_FRAMES=16, reserve(..., 16)
+# (item 4's call: the hosts have room for it); with FRAMEQ_INSTR_LIFE=1,
+# a booking and its complete() in one statement (item 3's work in one
+# transaction).  The callgrind files of the HIGH run are kept in
 # bench/out/instructions-*/ (callgrind_annotate --inclusive=yes FILE).
 set -euo pipefail
 cd "$(dirname "$(realpath -- "$0")")/.."
@@ -99,9 +102,14 @@ if [[ ${FRAMEQ_INSTR_FLOOR:-0} == 1 ]]; then
 	WHAT="the bare shared-queue booking"
 	PREPARE="PREPARE b AS WITH c AS (SELECT id FROM bench.ff WHERE queue = 49 AND state = 'waiting' ORDER BY number LIMIT 1 FOR UPDATE SKIP LOCKED), f AS (UPDATE bench.ff SET state = 'running', version = version + 1, attempts = attempts + 1 FROM c WHERE ff.id = c.id RETURNING ff.id), p AS (INSERT INTO bench.fp SELECT (random() * 9e18)::bigint, f.id, 1, 100 FROM f RETURNING id, frame), r AS (INSERT INTO bench.fr SELECT p.id, p.frame, 1, clock_timestamp() FROM p RETURNING proc), h AS (UPDATE bench.fh SET idle_cc = idle_cc - 100 * (SELECT count(*) FROM p) WHERE id = 1 RETURNING id) SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM h)"
 	EXEC="EXECUTE b"
+elif [[ ${FRAMEQ_INSTR_LIFE:-0} == 1 ]]; then
+	WHAT="reserve(..., 1) and complete() in one statement"
+	PREPARE="PREPARE b AS SELECT count(*) FROM (SELECT frameq.complete('$NAME', '$TOKEN', $EPOCH, r.proc, 0) FROM frameq.reserve('$NAME', '$TOKEN', $EPOCH, 1) r) c"
+	EXEC="EXECUTE b"
 else
-	WHAT="reserve(..., 1)"
-	PREPARE="PREPARE b AS SELECT count(*) FROM frameq.reserve('$NAME', '$TOKEN', $EPOCH, 1)"
+	FRAMES=${FRAMEQ_INSTR_FRAMES:-1}
+	WHAT="reserve(..., $FRAMES)"
+	PREPARE="PREPARE b AS SELECT count(*) FROM frameq.reserve('$NAME', '$TOKEN', $EPOCH, $FRAMES)"
 	EXEC="EXECUTE b"
 fi
 
@@ -126,8 +134,8 @@ run() {
 }
 low=$(run "$LOW")
 high=$(run "$HIGH")
-booked=$(grep -c '^[[:space:]]*1: count = "1"' "$OUT/output-$HIGH.txt" || true)
+booked=$(grep -c '^[[:space:]]*1: count = "[1-9]' "$OUT/output-$HIGH.txt" || true)
 echo "$WHAT on item 2a's farm ($TREE at $(git -C "$TREE" rev-parse --short HEAD)):"
-echo "  $LOW calls: $low instructions; $HIGH calls: $high; $booked of $HIGH booked one"
+echo "  $LOW calls: $low instructions; $HIGH calls: $high; $booked of $HIGH booked (count > 0)"
 echo "  per call: $(((high - low) / (HIGH - LOW)))"
 echo "  callgrind files: ${OUT#"$REPO"/}/"
