@@ -132,6 +132,8 @@ typedef enum BookResult
 	SKIP_SHOW
 } BookResult;
 
+#define JOB_CACHE 4
+
 typedef struct ReserveState
 {
 	FrameqHost	host;
@@ -146,6 +148,14 @@ typedef struct ReserveState
 	int			claimed;		/* frames claimed so far, booked or not */
 	bool		emptied;		/* the last claim found fewer frames than
 								 * it asked for */
+	/* the last jobs read in this call (load_job), as its snapshot has them */
+	struct
+	{
+		JobCandidate job;
+		bool		active;
+		int32		priority;
+	}			jobs[JOB_CACHE];
+	int			njobs;
 } ReserveState;
 
 /*
@@ -1357,7 +1367,8 @@ stream_of(Streams *streams, text *tag, bool gpu, int16 mem_class, int16 core_cla
 	return s;
 }
 
-static bool load_job(int64 id, JobCandidate *job, bool *active, int32 *priority);
+static bool load_job(ReserveState *st, int64 id, JobCandidate *job, bool *active,
+					 int32 *priority);
 
 enum
 {
@@ -1468,7 +1479,7 @@ host_streams(const ReserveState *st, int32 show, text **tags, int ntags, StreamK
  * host_blocks mark.  A job that is gone makes the row stale.
  */
 static void
-row_job(QueueRow *q)
+row_job(ReserveState *st, QueueRow *q)
 {
 	JobCandidate job = {0};
 	bool		active;
@@ -1476,7 +1487,7 @@ row_job(QueueRow *q)
 
 	memset(&q->caps, 0, sizeof(q->caps));
 	q->caps.id = q->job;
-	if (!load_job(q->job, &job, &active, &priority))
+	if (!load_job(st, q->job, &job, &active, &priority))
 	{
 		q->fresh = false;
 		q->blocks = false;
@@ -1499,7 +1510,7 @@ row_job(QueueRow *q)
  * that fit the host's free room; false if it has none.
  */
 static bool
-stream_heads(const ReserveState *st, int32 show, const StreamKey *k, Stream *s)
+stream_heads(ReserveState *st, int32 show, const StreamKey *k, Stream *s)
 {
 	FrameqRead	r;
 	int			keycols[5] = {DQ_SHOW, DQ_TAG, DQ_GPU, DQ_MEM_CLASS, DQ_CORE_CLASS};
@@ -1536,7 +1547,7 @@ stream_heads(const ReserveState *st, int32 show, const StreamKey *k, Stream *s)
 	}
 	frameq_read_end(&r);
 	for (int i = 0; i < s->n; i++)
-		row_job(&s->rows[i]);
+		row_job(st, &s->rows[i]);
 	return s->n > 0;
 }
 
@@ -1551,7 +1562,7 @@ stream_heads(const ReserveState *st, int32 show, const StreamKey *k, Stream *s)
  * the job (and folder) per row read.
  */
 static void
-open_streams(const ReserveState *st, const ShowCandidate *show, Streams *out)
+open_streams(ReserveState *st, const ShowCandidate *show, Streams *out)
 {
 	Datum	   *host_tags;
 	bool	   *tag_nulls;
@@ -1730,10 +1741,13 @@ load_folder_caps(JobCandidate *job)
 /*
  * A candidate's job as it is now, with its folder's caps: read under the
  * calling statement's snapshot (rowread.c), as one read-only statement
- * would; false if it is gone.
+ * would; false if it is gone.  Every read of the call sees that same
+ * snapshot, so a job read already in this call (the dispatch queue's rows
+ * carry their jobs' caps, and the booking needs the job again) is taken
+ * from st->jobs, not read again.
  */
 static bool
-load_job(int64 id, JobCandidate *job, bool *active, int32 *priority)
+load_job(ReserveState *st, int64 id, JobCandidate *job, bool *active, int32 *priority)
 {
 	FrameqRead	r;
 	int			keycols[1] = {JC_ID};
@@ -1741,6 +1755,16 @@ load_job(int64 id, JobCandidate *job, bool *active, int32 *priority)
 	Datum		v[JC_NCOLS];
 	bool		n[JC_NCOLS];
 
+	for (int i = 0; i < Min(st->njobs, JOB_CACHE); i++)
+	{
+		if (st->jobs[i].job.id == id)
+		{
+			*job = st->jobs[i].job;
+			*active = st->jobs[i].active;
+			*priority = st->jobs[i].priority;
+			return true;
+		}
+	}
 	keys[0] = Int64GetDatum(id);
 	frameq_read_begin(&r, &job_table, false, 1, keycols, keys);
 	if (!frameq_read_next(&r, v, n))
@@ -1761,6 +1785,10 @@ load_job(int64 id, JobCandidate *job, bool *active, int32 *priority)
 	job->host_blocks = DatumGetBool(v[JC_BLOCKS]);
 	frameq_read_end(&r);
 	load_folder_caps(job);
+	st->jobs[st->njobs % JOB_CACHE].job = *job;
+	st->jobs[st->njobs % JOB_CACHE].active = *active;
+	st->jobs[st->njobs % JOB_CACHE].priority = *priority;
+	st->njobs++;
 	return true;
 }
 
@@ -2022,7 +2050,7 @@ book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tid
 		}
 		if (!have_job || job.id != r.job)
 		{
-			have_job = load_job(r.job, &job, &job_active, &job_priority);
+			have_job = load_job(st, r.job, &job, &job_active, &job_priority);
 			job_counted = false;
 			if (!have_job)
 				continue;
