@@ -1156,12 +1156,12 @@ book_layer(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
  * those of its own size class that need more than it has free.  Each row
  * comes with its job's state, priority and caps (key probes).
  *
- * One statement per show reads the streams that frameq.dispatch_class says
- * may have rows and the first QUEUE_HEADS rows of each; the streams are
- * merged here, and a stream whose rows are used up is read on from its
- * last row, QUEUE_BATCH rows a statement.  (The planner merges a UNION ALL
- * of the streams only after sorting it whole, and sorting is what must not
- * happen.)  Layers with nothing waiting have no row once a booking has
+ * For each show, the streams that frameq.dispatch_class says may have
+ * rows and the first QUEUE_HEADS rows of each are read below the executor
+ * (open_streams); the streams are merged here, and a stream whose rows are
+ * used up is read on from its last row, QUEUE_BATCH rows a statement.
+ * (The planner merges a UNION ALL of the streams only after sorting it
+ * whole, and sorting is what must not happen.)  Layers with nothing waiting have no row once a booking has
  * found them dry, so what the walk reads is layers that may book, plus
  * rows it tidies away as it goes.
  */
