@@ -4,16 +4,18 @@
  *	  Reading rows of frameq's tables below the executor.
  *
  * The booking path's lookups (a host by name or id, its allocation's
- * subscriptions, a job, a layer and its limits, the run secret key) are
- * each a key probe of one or two rows.  Through SPI each costs an executor
+ * subscriptions, the dispatch queue's stream heads, a job and its folder,
+ * a layer and its limits, the run secret key) are each a key probe of a
+ * few rows.  Through SPI each costs an executor
  * start and end and a plan cache check, some 50,000 instructions, several
  * times the read itself (doc/benchmarks.md, "Booking's own cost").  Here
  * such a read is what the executor's index scan would do, without the
  * executor:
  *
- *	- the table and its index are found by name in schema frameq at every
- *	  read, and opened with AccessShareLock, held to the end of the
- *	  transaction, as a statement would;
+ *	- the table and its index are opened with AccessShareLock, held to the
+ *	  end of the transaction, as a statement would, by the OIDs kept per
+ *	  backend while they still name frameq.<name>, else found by name
+ *	  again (open_frameq_rel);
  *	- the rows are those a statement run through SPI in its place would
  *	  see: the calling statement's snapshot for a read-only statement, a
  *	  new one for a read the caller calls fresh (push_snapshot);
@@ -32,9 +34,9 @@
  */
 #include "postgres.h"
 
+#include "access/detoast.h"
 #include "access/genam.h"
 #include "access/relation.h"
-#include "access/detoast.h"
 #include "access/relscan.h"
 #include "access/stratnum.h"
 #include "access/table.h"
