@@ -14,6 +14,7 @@ OBJS = \
 	src/exprcache.o \
 	src/keys.o \
 	src/release.o \
+	src/rowread.o \
 	src/util.o \
 	src/worker.o
 

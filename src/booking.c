@@ -54,6 +54,7 @@
 #include "storage/itemptr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/fmgrprotos.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
@@ -92,6 +93,9 @@ typedef struct JobCandidate
 	int32		folder_cap_cc;
 	int32		folder_cap_gpus;
 	char	   *name;
+	bool		host_blocks;	/* the job's mark (load_job only) */
+	bool		has_timeout;	/* the job's timeout (load_job only) */
+	int32		timeout;		/* seconds */
 } JobCandidate;
 
 typedef struct LayerCandidate
@@ -128,6 +132,8 @@ typedef enum BookResult
 	SKIP_SHOW
 } BookResult;
 
+#define JOB_CACHE 4
+
 typedef struct ReserveState
 {
 	FrameqHost	host;
@@ -142,6 +148,14 @@ typedef struct ReserveState
 	int			claimed;		/* frames claimed so far, booked or not */
 	bool		emptied;		/* the last claim found fewer frames than
 								 * it asked for */
+	/* the last jobs read in this call (load_job), as its snapshot has them */
+	struct
+	{
+		JobCandidate job;
+		bool		active;
+		int32		priority;
+	}			jobs[JOB_CACHE];
+	int			njobs;
 } ReserveState;
 
 /*
@@ -182,13 +196,43 @@ booking_text_att(TupleDesc desc, const char *name)
 	return found;
 }
 
+static const FrameqColumn secret_cols[] = {{"key", BYTEAOID}};
+static AttrNumber secret_attnums[lengthof(secret_cols)];
+static FrameqTable secret_table = {"run_secret_key", NULL, 1, secret_cols, secret_attnums};
+
+/* frameq.run_secret_key's one key, as a read-only statement sees it */
+static bytea *
+read_secret_key(void)
+{
+	FrameqRead	r;
+	Datum		v[1];
+	bool		n[1];
+	bytea	   *key = NULL;
+	int			rows = 0;
+
+	frameq_read_begin(&r, &secret_table, false, 0, NULL, NULL);
+	while (frameq_read_next(&r, v, n))
+	{
+		if (rows++ == 0 && !n[0])
+			key = DatumGetByteaP(frameq_read_copy(v[0]));
+	}
+	frameq_read_end(&r);
+	if (rows != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("frameq.run_secret_key must hold exactly one row")));
+	if (key == NULL)
+		elog(ERROR, "frameq: the run secret key is null");
+	return key;
+}
+
 /*
  * A proc's run secret: the first 32 hex digits of
  * sha256(key || int8send(proc)), as frameq._run_secret() computes it.  The
  * key is read once per reserve() call, and only once something is booked:
- * one read of a one-row table (measured: ~6 us through SPI, against ~2 ms
- * for a reserve() and complete() of 4 frames), and a SHA-256 of 40 bytes
- * per booking, which is all the run secret adds to a reserve() call.
+ * one read of a one-row table below the executor (rowread.c), and a
+ * SHA-256 of 40 bytes per booking, which is all the run secret adds to a
+ * reserve() call.
  */
 static Datum
 run_secret(ReserveState *st, int64 proc)
@@ -200,25 +244,7 @@ run_secret(ReserveState *st, int64 proc)
 	pg_cryptohash_ctx *ctx;
 
 	if (st->secret_key == NULL)
-	{
-		static SPIPlanPtr plan = NULL;
-		bool		isnull;
-		Datum		d;
-
-		if (plan == NULL)
-			plan = frameq_prepare("SELECT key FROM frameq.run_secret_key", 0, NULL);
-		if (SPI_execute_plan(plan, NULL, NULL, true, 0) != SPI_OK_SELECT)
-			elog(ERROR, "frameq: run secret key read failed");
-		if (SPI_processed != 1)
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("frameq.run_secret_key must hold exactly one row")));
-		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		if (isnull)
-			elog(ERROR, "frameq: the run secret key is null");
-		st->secret_key = DatumGetByteaPCopy(d);
-		SPI_freetuptable(SPI_tuptable);
-	}
+		st->secret_key = read_secret_key();
 
 	ctx = pg_cryptohash_create(PG_SHA256);
 	if (pg_cryptohash_init(ctx) < 0 ||
@@ -343,146 +369,241 @@ expand_command(const char *tmpl, int32 number, int32 last, const char *spec,
 	return buf.data;
 }
 
+static const FrameqColumn subscription_cols[] = {
+	{"allocation", INT4OID, F_INT4EQ},
+	{"show", INT4OID},
+	{"size_cc", INT4OID},
+	{"burst_cc", INT4OID},
+};
+static AttrNumber subscription_attnums[lengthof(subscription_cols)];
+static FrameqTable subscription_table = {"subscription", NULL, lengthof(subscription_cols),
+subscription_cols, subscription_attnums};
+
+/*
+ * The shows subscribed to the host's allocation, in the order a booking
+ * tries them: by use over size.  Read as a read-only statement would
+ * (rowread.c): the table has no index by allocation, so it is read whole,
+ * as the statement's plan did.
+ */
 static int
 load_shows(const ReserveState *st, ShowCandidate **out)
 {
-	static SPIPlanPtr plan = NULL;
-	Datum		args[1];
-	int			ret;
-	int			n;
-	ShowCandidate *shows;
+	FrameqRead	r;
+	int			keycols[1] = {0};
+	Datum		keys[1];
+	Datum		v[lengthof(subscription_cols)];
+	bool		nulls[lengthof(subscription_cols)];
+	int			n = 0;
+	int			cap = 4;
+	ShowCandidate *shows = palloc(sizeof(ShowCandidate) * cap);
 
-	if (plan == NULL)
+	keys[0] = Int32GetDatum(st->host.allocation);
+	frameq_read_begin(&r, &subscription_table, false, 1, keycols, keys);
+	while (frameq_read_next(&r, v, nulls))
 	{
-		Oid			types[1] = {INT4OID};
-
-		plan = frameq_prepare("SELECT show, size_cc, burst_cc FROM frameq.subscription"
-							  " WHERE allocation = $1",
-							  1, types);
-	}
-	args[0] = Int32GetDatum(st->host.allocation);
-	ret = SPI_execute_plan(plan, args, NULL, true, 0);
-	if (ret != SPI_OK_SELECT)
-		elog(ERROR, "frameq: subscription lookup failed: %s", SPI_result_code_string(ret));
-
-	n = (int) SPI_processed;
-	shows = palloc(sizeof(ShowCandidate) * Max(n, 1));
-	for (int i = 0; i < n; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
+		ShowCandidate *sc;
 		int32		size_cc;
 		int32		used_cc,
 					used_gpus,
 					running;
 
-		shows[i].show = frameq_get_int32(tup, desc, 1, NULL);
-		size_cc = frameq_get_int32(tup, desc, 2, NULL);
-		shows[i].burst_cc = frameq_get_int32(tup, desc, 3, NULL);
-		frameq_ledger_read(LEDGER_SUBSCRIPTION, shows[i].show, st->host.allocation,
+		if (n >= cap)
+		{
+			cap *= 2;
+			shows = repalloc(shows, sizeof(ShowCandidate) * cap);
+		}
+		sc = &shows[n++];
+		sc->show = DatumGetInt32(v[1]);
+		size_cc = DatumGetInt32(v[2]);
+		sc->burst_cc = DatumGetInt32(v[3]);
+		frameq_ledger_read(LEDGER_SUBSCRIPTION, sc->show, st->host.allocation,
 						   &used_cc, &used_gpus, &running);
 		/* a show with no entitlement comes after every entitled one */
 		if (size_cc > 0)
-			shows[i].ratio = (double) used_cc / size_cc;
+			sc->ratio = (double) used_cc / size_cc;
 		else
-			shows[i].ratio = 1e12 + used_cc;
-		if (used_cc >= shows[i].burst_cc)
-			shows[i].ratio = -1;	/* marker: at its burst, skip */
+			sc->ratio = 1e12 + used_cc;
+		if (used_cc >= sc->burst_cc)
+			sc->ratio = -1;		/* marker: at its burst, skip */
 	}
+	frameq_read_end(&r);
 	qsort(shows, n, sizeof(ShowCandidate), compare_shows);
 	*out = shows;
 	return n;
 }
 
+enum
+{
+	LY_ID, LY_NAME, LY_MIN_CC, LY_MAX_CC, LY_THREADABLE, LY_MEMORY, LY_GPUS,
+	LY_GPU_MEMORY, LY_COMMAND, LY_ENV, LY_TIMEOUT, LY_PATTERN, LY_ORDER, LY_PAUSED,
+	LY_TAGS, LY_NCOLS
+};
+static const FrameqColumn layer_cols[LY_NCOLS] = {
+	{"id", INT8OID, F_INT8EQ},
+	{"name", TEXTOID},
+	{"min_cc", INT4OID},
+	{"max_cc", INT4OID},
+	{"threadable", BOOLOID},
+	{"memory", INT8OID},
+	{"gpus", INT4OID},
+	{"gpu_memory", INT8OID},
+	{"command", TEXTOID},
+	{"env", JSONBOID},
+	{"timeout", INT4OID},
+	{"progress_pattern", TEXTOID},
+	{"dispatch_order", INT4OID},
+	{"paused", BOOLOID},
+	{"tags", TEXTARRAYOID},
+};
+static AttrNumber layer_attnums[LY_NCOLS];
+static FrameqTable layer_table = {"layer", "layer_pkey", LY_NCOLS, layer_cols, layer_attnums};
+
+static const FrameqColumn layer_limit_cols[] = {
+	{"layer", INT8OID, F_INT8EQ},
+	{"limit_id", INT4OID},
+};
+static AttrNumber layer_limit_attnums[lengthof(layer_limit_cols)];
+static FrameqTable layer_limit_table = {"layer_limit", "layer_limit_pkey",
+lengthof(layer_limit_cols), layer_limit_cols, layer_limit_attnums};
+
+static const FrameqColumn limits_cols[] = {
+	{"id", INT4OID, F_INT4EQ},
+	{"max_running", INT4OID},
+};
+static AttrNumber limits_attnums[lengthof(limits_cols)];
+static FrameqTable limits_table = {"limits", "limits_pkey", lengthof(limits_cols),
+limits_cols, limits_attnums};
+
 /*
- * One candidate layer, by id: the dispatch queue row that named it matched
- * the host's tags and minimums when it was written.  The layer is read in
- * one statement, so a booking uses its values before or after a set_layer,
- * never some of each; passed says the layer is paused or has none of the
- * host's tags now (set_layer changed them since the row was written).
- * False if it is gone.
+ * Does any of the layer's tags equal one of the host's?  Text equality
+ * under the database's collation, which is deterministic (PostgreSQL 15
+ * allows no other as a database's): equal means the same bytes, as the
+ * && operator compares them; NULL elements match nothing.
  */
 static bool
-load_layer(const ReserveState *st, int64 id, LayerCandidate *l)
+tags_overlap(Datum layer_tags, Datum host_tags)
 {
-	static SPIPlanPtr plan = NULL;
-	Datum		args[2];
-	int			ret;
-	HeapTuple	tup;
-	TupleDesc	desc;
-	bool		isnull;
-	Datum		ids;
-	Datum		caps;
-	Datum		pattern;
-	Datum	   *elems;
-	int			nelems;
+	Datum	   *a,
+			   *b;
+	bool	   *anull,
+			   *bnull;
+	int			na,
+				nb;
 
-	if (plan == NULL)
+	deconstruct_array(DatumGetArrayTypeP(layer_tags), TEXTOID, -1, false, TYPALIGN_INT,
+					  &a, &anull, &na);
+	deconstruct_array(DatumGetArrayTypeP(host_tags), TEXTOID, -1, false, TYPALIGN_INT,
+					  &b, &bnull, &nb);
+	for (int i = 0; i < na; i++)
 	{
-		Oid			types[2] = {INT8OID, TEXTARRAYOID};
+		text	   *x = DatumGetTextPP(a[i]);
 
-		plan = frameq_prepare("SELECT l.id, l.name, l.min_cc, l.max_cc, l.threadable, l.memory,"
-							  "       l.gpus, l.gpu_memory, l.command, l.env,"
-							  "       ARRAY(SELECT ll.limit_id FROM frameq.layer_limit ll"
-							  "              WHERE ll.layer = l.id ORDER BY ll.limit_id),"
-							  "       ARRAY(SELECT lim.max_running FROM frameq.layer_limit ll"
-							  "               JOIN frameq.limits lim ON lim.id = ll.limit_id"
-							  "              WHERE ll.layer = l.id ORDER BY ll.limit_id),"
-							  "       coalesce(l.timeout,"
-							  "                (SELECT j.timeout FROM frameq.job j WHERE j.id = l.job)),"
-							  "       l.progress_pattern, l.dispatch_order,"
-							  "       l.paused OR NOT (cardinality(l.tags) = 0 OR l.tags && $2)"
-							  "  FROM frameq.layer l"
-							  " WHERE l.id = $1",
-							  2, types);
+		if (anull[i])
+			continue;
+		for (int k = 0; k < nb; k++)
+		{
+			text	   *y;
+
+			if (bnull[k])
+				continue;
+			y = DatumGetTextPP(b[k]);
+			if (VARSIZE_ANY_EXHDR(x) == VARSIZE_ANY_EXHDR(y) &&
+				memcmp(VARDATA_ANY(x), VARDATA_ANY(y), VARSIZE_ANY_EXHDR(x)) == 0)
+				return true;
+		}
 	}
-	args[0] = Int64GetDatum(id);
-	args[1] = st->host.tags;
-	ret = SPI_execute_plan(plan, args, NULL, true, 1);
-	if (ret != SPI_OK_SELECT)
-		elog(ERROR, "frameq: layer lookup failed: %s", SPI_result_code_string(ret));
-	if (SPI_processed == 0)
+	return false;
+}
+
+/* the layer's limits in id order, each with its max_running, as the statement above sees them */
+static void
+load_layer_limits(LayerCandidate *l)
+{
+	FrameqRead	r;
+	int			keycols[1] = {0};
+	Datum		keys[1];
+	Datum		v[2];
+	bool		n[2];
+
+	keys[0] = Int64GetDatum(l->id);
+	l->nlimits = 0;
+	frameq_read_begin(&r, &layer_limit_table, false, 1, keycols, keys);
+	while (frameq_read_next(&r, v, n))
+	{
+		if (l->nlimits >= FRAMEQ_MAX_LAYER_LIMITS)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("layer %lld has more than %d limits", (long long) l->id,
+							FRAMEQ_MAX_LAYER_LIMITS)));
+		l->limit_ids[l->nlimits++] = DatumGetInt32(v[1]);
+	}
+	frameq_read_end(&r);
+	for (int i = 0; i < l->nlimits; i++)
+	{
+		keys[0] = Int32GetDatum(l->limit_ids[i]);
+		frameq_read_begin(&r, &limits_table, false, 1, keycols, keys);
+		if (!frameq_read_next(&r, v, n))
+			elog(ERROR, "frameq: limit %d of layer %lld vanished", l->limit_ids[i],
+				 (long long) l->id);
+		l->limit_caps[i] = DatumGetInt32(v[1]);
+		frameq_read_end(&r);
+	}
+}
+
+/*
+ * One candidate layer, by id: the dispatch queue row that named it matched
+ * the host's tags and minimums when it was written.  The layer and its
+ * limits are read under the calling statement's snapshot (rowread.c), as
+ * one read-only statement would, so a booking uses its values before or
+ * after a set_layer, never some of each; its timeout is the job's (read
+ * under the same snapshot by load_job) if it has none of its own.  passed
+ * says the layer is paused or has none of the host's tags now (set_layer
+ * changed them since the row was written).  False if it is gone.
+ */
+static bool
+load_layer(const ReserveState *st, const JobCandidate *job, int64 id, LayerCandidate *l)
+{
+	FrameqRead	r;
+	int			keycols[1] = {LY_ID};
+	Datum		keys[1];
+	Datum		v[LY_NCOLS];
+	bool		n[LY_NCOLS];
+
+	keys[0] = Int64GetDatum(id);
+	frameq_read_begin(&r, &layer_table, false, 1, keycols, keys);
+	if (!frameq_read_next(&r, v, n))
+	{
+		frameq_read_end(&r);
 		return false;
-
+	}
 	memset(l, 0, sizeof(*l));
-	tup = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-	l->id = frameq_get_int64(tup, desc, 1, NULL);
-	l->name = SPI_getvalue(tup, desc, 2);
-	l->min_cc = frameq_get_int32(tup, desc, 3, NULL);
-	l->max_cc = frameq_get_int32(tup, desc, 4, NULL);
-	l->threadable = frameq_get_bool(tup, desc, 5, NULL);
-	l->memory = frameq_get_int64(tup, desc, 6, NULL);
-	l->gpus = frameq_get_int32(tup, desc, 7, NULL);
-	l->gpu_memory = frameq_get_int64(tup, desc, 8, NULL);
-	l->command = SPI_getvalue(tup, desc, 9);
-	l->env = SPI_datumTransfer(SPI_getbinval(tup, desc, 10, &isnull), false, -1);
-
-	ids = SPI_getbinval(tup, desc, 11, &isnull);
-	caps = SPI_getbinval(tup, desc, 12, &isnull);
-	deconstruct_array(DatumGetArrayTypeP(ids), INT4OID, 4, true, TYPALIGN_INT,
-					  &elems, NULL, &nelems);
-	if (nelems > FRAMEQ_MAX_LAYER_LIMITS)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("layer %lld has more than %d limits", (long long) l->id,
-						FRAMEQ_MAX_LAYER_LIMITS)));
-	l->nlimits = nelems;
-	for (int k = 0; k < nelems; k++)
-		l->limit_ids[k] = DatumGetInt32(elems[k]);
-	deconstruct_array(DatumGetArrayTypeP(caps), INT4OID, 4, true, TYPALIGN_INT,
-					  &elems, NULL, &nelems);
-	for (int k = 0; k < nelems && k < l->nlimits; k++)
-		l->limit_caps[k] = DatumGetInt32(elems[k]);
-	l->timeout = frameq_get_int32(tup, desc, 13, &isnull);
-	l->has_timeout = !isnull;
-	pattern = SPI_getbinval(tup, desc, 14, &isnull);
-	l->has_pattern = !isnull;
+	l->id = DatumGetInt64(v[LY_ID]);
+	l->name = TextDatumGetCString(v[LY_NAME]);
+	l->min_cc = DatumGetInt32(v[LY_MIN_CC]);
+	l->max_cc = DatumGetInt32(v[LY_MAX_CC]);
+	l->threadable = DatumGetBool(v[LY_THREADABLE]);
+	l->memory = DatumGetInt64(v[LY_MEMORY]);
+	l->gpus = DatumGetInt32(v[LY_GPUS]);
+	l->gpu_memory = DatumGetInt64(v[LY_GPU_MEMORY]);
+	l->command = TextDatumGetCString(v[LY_COMMAND]);
+	l->env = frameq_read_copy(v[LY_ENV]);
+	l->has_timeout = !n[LY_TIMEOUT];
+	l->timeout = l->has_timeout ? DatumGetInt32(v[LY_TIMEOUT]) : 0;
+	if (!l->has_timeout && job->has_timeout)
+	{
+		l->has_timeout = true;
+		l->timeout = job->timeout;
+	}
+	l->has_pattern = !n[LY_PATTERN];
 	if (l->has_pattern)
-		l->progress_pattern = SPI_datumTransfer(pattern, false, -1);
-	l->dispatch_order = frameq_get_int32(tup, desc, 15, NULL);
-	l->passed = frameq_get_bool(tup, desc, 16, NULL);
-	SPI_freetuptable(SPI_tuptable);
+		l->progress_pattern = frameq_read_copy(v[LY_PATTERN]);
+	l->dispatch_order = DatumGetInt32(v[LY_ORDER]);
+	l->passed = DatumGetBool(v[LY_PAUSED]) ||
+		!(ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(v[LY_TAGS])),
+						 ARR_DIMS(DatumGetArrayTypeP(v[LY_TAGS]))) == 0 ||
+		  tags_overlap(v[LY_TAGS], st->host.tags));
+	frameq_read_end(&r);
+	load_layer_limits(l);
 	return true;
 }
 
@@ -1035,12 +1156,12 @@ book_layer(ReserveState *st, const ShowCandidate *show, const JobCandidate *job,
  * those of its own size class that need more than it has free.  Each row
  * comes with its job's state, priority and caps (key probes).
  *
- * One statement per show reads the streams that frameq.dispatch_class says
- * may have rows and the first QUEUE_HEADS rows of each; the streams are
- * merged here, and a stream whose rows are used up is read on from its
- * last row, QUEUE_BATCH rows a statement.  (The planner merges a UNION ALL
- * of the streams only after sorting it whole, and sorting is what must not
- * happen.)  Layers with nothing waiting have no row once a booking has
+ * For each show, the streams that frameq.dispatch_class says may have
+ * rows and the first QUEUE_HEADS rows of each are read below the executor
+ * (open_streams); the streams are merged here, and a stream whose rows are
+ * used up is read on from its last row, QUEUE_BATCH rows a statement.
+ * (The planner merges a UNION ALL of the streams only after sorting it
+ * whole, and sorting is what must not happen.)  Layers with nothing waiting have no row once a booking has
  * found them dry, so what the walk reads is layers that may book, plus
  * rows it tidies away as it goes.
  */
@@ -1161,36 +1282,6 @@ typedef struct Streams
 #define STREAM_ORDER " ORDER BY q.priority DESC, q.job, q.dispatch_order, q.layer, q.min_cc, q.memory"
 
 /*
- * The first rows of each stream of the show that may have rows for this
- * host ($1 show, $2 the host's tags and '', $3 GPU streams too, $4 and $5
- * the highest memory and cores classes, $6 to $9 the free room).
- */
-static SPIPlanPtr
-heads_plan(void)
-{
-	static SPIPlanPtr plan = NULL;
-	Oid			types[9] = {INT4OID, TEXTARRAYOID, BOOLOID, INT2OID, INT2OID,
-	INT4OID, INT8OID, INT4OID, INT8OID};
-
-	if (plan == NULL)
-		plan = frameq_prepare("SELECT s.tag, s.gpu, s.mem_class, s.core_class, " STREAM_COLUMNS
-							  "  FROM (SELECT DISTINCT c.tag, c.gpu, c.mem_class, c.core_class"
-							  "          FROM frameq.dispatch_class c"
-							  "         WHERE c.show = $1 AND c.tag = ANY ($2) AND (NOT c.gpu OR $3)"
-							  "           AND c.mem_class <= $4 AND c.core_class <= $5) s"
-							  " CROSS JOIN LATERAL"
-							  "       (SELECT q.ctid, q.* FROM frameq.dispatch_queue q"
-							  "         WHERE q.show = $1 AND q.tag = s.tag AND q.gpu = s.gpu"
-							  "           AND q.mem_class = s.mem_class AND q.core_class = s.core_class"
-							  STREAM_ROOM STREAM_ORDER
-							  "         LIMIT " CppAsString2(QUEUE_HEADS) ") q"
-							  "  LEFT JOIN frameq.job j ON j.id = q.job"
-							  "  LEFT JOIN frameq.folder f ON f.id = j.folder",
-							  9, types);
-	return plan;
-}
-
-/*
  * The rows of one stream after ($10 to $15), its last row read.  The
  * memory is part of the key: a layer has a row per size its raised tasks
  * have (min_cc, the same for all of them, keeps the index's order).
@@ -1276,24 +1367,218 @@ stream_of(Streams *streams, text *tag, bool gpu, int16 mem_class, int16 core_cla
 	return s;
 }
 
+static bool load_job(ReserveState *st, int64 id, JobCandidate *job, bool *active,
+					 int32 *priority);
+
+enum
+{
+	DQ_SHOW, DQ_TAG, DQ_GPU, DQ_MEM_CLASS, DQ_CORE_CLASS, DQ_PRIORITY, DQ_JOB, DQ_ORDER,
+	DQ_LAYER, DQ_MIN_CC, DQ_MEMORY, DQ_GPUS, DQ_GPU_MEMORY, DQ_NCOLS
+};
+
+/* a stream's key columns, in both tables and in both indexes, come first */
+#define STREAM_KEY_COLUMNS \
+	{"show", INT4OID, F_INT4EQ}, \
+	{"tag", TEXTOID, F_TEXTEQ}, \
+	{"gpu", BOOLOID, F_BOOLEQ}, \
+	{"mem_class", INT2OID, F_INT2EQ}, \
+	{"core_class", INT2OID, F_INT2EQ}
+static const FrameqColumn class_cols[] = {STREAM_KEY_COLUMNS};
+static AttrNumber class_attnums[lengthof(class_cols)];
+static FrameqTable class_table = {"dispatch_class", "dispatch_class_stream",
+lengthof(class_cols), class_cols, class_attnums};
+
+static const FrameqColumn queue_cols[DQ_NCOLS] = {
+	STREAM_KEY_COLUMNS,
+	{"priority", INT4OID},
+	{"job", INT8OID},
+	{"dispatch_order", INT4OID},
+	{"layer", INT8OID},
+	{"min_cc", INT4OID},
+	{"memory", INT8OID},
+	{"gpus", INT4OID},
+	{"gpu_memory", INT8OID},
+};
+static AttrNumber queue_attnums[DQ_NCOLS];
+static FrameqTable queue_table = {"dispatch_queue", "dispatch_queue_order", DQ_NCOLS,
+queue_cols, queue_attnums};
+
+/* one stream's key, as dispatch_class lists it */
+typedef struct StreamKey
+{
+	text	   *tag;
+	bool		gpu;
+	int16		mem_class;
+	int16		core_class;
+} StreamKey;
+
+static bool
+text_equal(text *a, text *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+/*
+ * The streams of the show that may have rows for this host: dispatch_class
+ * rows of its tags or of no tag (tags, ntags), GPU ones only if it has
+ * GPUs, of size classes up to its free room's; each once.
+ */
+static int
+host_streams(const ReserveState *st, int32 show, text **tags, int ntags, StreamKey **out)
+{
+	FrameqRead	r;
+	int			keycols[1] = {DQ_SHOW};
+	Datum		keys[1];
+	Datum		v[lengthof(class_cols)];
+	bool		n[lengthof(class_cols)];
+	int16		mem_max = size_class(st->host.idle.memory, CLASS_MEMORY);
+	int16		core_max = size_class(st->host.idle.cores_cc, CLASS_CORES_CC);
+	int			nkeys = 0;
+	int			cap = 8;
+	StreamKey  *ks = palloc(sizeof(StreamKey) * cap);
+
+	keys[0] = Int32GetDatum(show);
+	frameq_read_begin(&r, &class_table, false, 1, keycols, keys);
+	while (frameq_read_next(&r, v, n))
+	{
+		StreamKey	k;
+		bool		wanted = false;
+		bool		seen = false;
+
+		k.tag = DatumGetTextPP(v[DQ_TAG]);
+		k.gpu = DatumGetBool(v[DQ_GPU]);
+		k.mem_class = DatumGetInt16(v[DQ_MEM_CLASS]);
+		k.core_class = DatumGetInt16(v[DQ_CORE_CLASS]);
+		if ((k.gpu && st->host.idle.gpus <= 0) || k.mem_class > mem_max ||
+			k.core_class > core_max)
+			continue;
+		for (int t = 0; t < ntags && !wanted; t++)
+			wanted = text_equal(k.tag, tags[t]);
+		for (int i = 0; i < nkeys && wanted && !seen; i++)
+			seen = ks[i].gpu == k.gpu && ks[i].mem_class == k.mem_class &&
+				ks[i].core_class == k.core_class && text_equal(ks[i].tag, k.tag);
+		if (!wanted || seen)
+			continue;
+		if (nkeys >= cap)
+		{
+			cap *= 2;
+			ks = repalloc(ks, sizeof(StreamKey) * cap);
+		}
+		k.tag = DatumGetTextPP(frameq_read_copy(v[DQ_TAG]));
+		ks[nkeys++] = k;
+	}
+	frameq_read_end(&r);
+	*out = ks;
+	return nkeys;
+}
+
+/*
+ * A queue row's job columns (the heads' join): whether the job is active
+ * at the row's priority, its folder, its and the folder's caps, and the
+ * host_blocks mark.  A job that is gone makes the row stale.
+ */
+static void
+row_job(ReserveState *st, QueueRow *q)
+{
+	JobCandidate job = {0};
+	bool		active;
+	int32		priority;
+
+	memset(&q->caps, 0, sizeof(q->caps));
+	q->caps.id = q->job;
+	if (!load_job(st, q->job, &job, &active, &priority))
+	{
+		q->fresh = false;
+		q->blocks = false;
+		q->caps.job_cap_cc = q->caps.job_cap_gpus = -1;
+		q->caps.folder_cap_cc = q->caps.folder_cap_gpus = -1;
+		return;
+	}
+	q->fresh = active && priority == q->priority;
+	q->blocks = job.host_blocks;
+	q->caps.has_folder = job.has_folder;
+	q->caps.folder = job.folder;
+	q->caps.job_cap_cc = job.job_cap_cc;
+	q->caps.job_cap_gpus = job.job_cap_gpus;
+	q->caps.folder_cap_cc = job.folder_cap_cc;
+	q->caps.folder_cap_gpus = job.folder_cap_gpus;
+}
+
+/*
+ * The first QUEUE_HEADS rows of one stream, in policy order (the index's),
+ * that fit the host's free room; false if it has none.
+ */
+static bool
+stream_heads(ReserveState *st, int32 show, const StreamKey *k, Stream *s)
+{
+	FrameqRead	r;
+	int			keycols[5] = {DQ_SHOW, DQ_TAG, DQ_GPU, DQ_MEM_CLASS, DQ_CORE_CLASS};
+	Datum		keys[5];
+	Datum		v[DQ_NCOLS];
+	bool		n[DQ_NCOLS];
+	const Resources *room = &st->host.idle;
+
+	keys[0] = Int32GetDatum(show);
+	keys[1] = PointerGetDatum(k->tag);
+	keys[2] = BoolGetDatum(k->gpu);
+	keys[3] = Int16GetDatum(k->mem_class);
+	keys[4] = Int16GetDatum(k->core_class);
+	s->n = 0;
+	frameq_read_begin(&r, &queue_table, false, 5, keycols, keys);
+	while (s->n < QUEUE_HEADS && frameq_read_next(&r, v, n))
+	{
+		QueueRow   *q = &s->rows[s->n];
+
+		if (DatumGetInt32(v[DQ_MIN_CC]) > room->cores_cc ||
+			DatumGetInt64(v[DQ_MEMORY]) > room->memory ||
+			DatumGetInt32(v[DQ_GPUS]) > room->gpus ||
+			DatumGetInt64(v[DQ_GPU_MEMORY]) > room->gpu_memory)
+			continue;
+		q->tid = frameq_read_tid(&r);
+		q->priority = DatumGetInt32(v[DQ_PRIORITY]);
+		q->job = DatumGetInt64(v[DQ_JOB]);
+		q->dispatch_order = DatumGetInt32(v[DQ_ORDER]);
+		q->layer = DatumGetInt64(v[DQ_LAYER]);
+		q->min_cc = DatumGetInt32(v[DQ_MIN_CC]);
+		q->gpus = DatumGetInt32(v[DQ_GPUS]);
+		q->memory = DatumGetInt64(v[DQ_MEMORY]);
+		s->n++;
+	}
+	frameq_read_end(&r);
+	for (int i = 0; i < s->n; i++)
+		row_job(st, &s->rows[i]);
+	return s->n > 0;
+}
+
 /*
  * Open the show's streams for this host: its tags and no tag, GPU layers
  * if it has GPUs, the size classes its free room reaches; read the first
- * rows of each (heads_plan).
+ * rows of each.  Read below the executor (rowread.c) under the calling
+ * statement's snapshot, as the one read-only statement that did this
+ * before saw them: a probe of dispatch_class_stream, one range of
+ * dispatch_queue_order per stream (its rows arrive in policy order, those
+ * that need more than the host's free room are passed), and a probe of
+ * the job (and folder) per row read.
  */
 static void
-open_streams(const ReserveState *st, const ShowCandidate *show, Streams *out)
+open_streams(ReserveState *st, const ShowCandidate *show, Streams *out)
 {
 	Datum	   *host_tags;
+	bool	   *tag_nulls;
 	int			nhost_tags;
-	Datum	   *tags;
-	Datum		args[9];
+	text	  **tags;
+	int			ntags = 0;
+	StreamKey  *keys;
+	int			nkeys;
 
 	deconstruct_array(DatumGetArrayTypeP(st->host.tags), TEXTOID, -1, false, TYPALIGN_INT,
-					  &host_tags, NULL, &nhost_tags);
-	tags = palloc(sizeof(Datum) * (nhost_tags + 1));
-	tags[0] = CStringGetTextDatum("");
-	memcpy(tags + 1, host_tags, sizeof(Datum) * nhost_tags);
+					  &host_tags, &tag_nulls, &nhost_tags);
+	tags = palloc(sizeof(text *) * (nhost_tags + 1));
+	tags[ntags++] = cstring_to_text("");
+	for (int i = 0; i < nhost_tags; i++)
+		if (!tag_nulls[i])
+			tags[ntags++] = DatumGetTextPP(host_tags[i]);
 	memset(out, 0, sizeof(*out));
 	out->show = show->show;
 	out->room[0] = Int32GetDatum(st->host.idle.cores_cc);
@@ -1301,34 +1586,18 @@ open_streams(const ReserveState *st, const ShowCandidate *show, Streams *out)
 	out->room[2] = Int32GetDatum(st->host.idle.gpus);
 	out->room[3] = Int64GetDatum(st->host.idle.gpu_memory);
 
-	args[0] = Int32GetDatum(show->show);
-	args[1] = PointerGetDatum(construct_array(tags, nhost_tags + 1, TEXTOID, -1, false,
-											  TYPALIGN_INT));
-	args[2] = BoolGetDatum(st->host.idle.gpus > 0);
-	args[3] = Int16GetDatum(size_class(st->host.idle.memory, CLASS_MEMORY));
-	args[4] = Int16GetDatum(size_class(st->host.idle.cores_cc, CLASS_CORES_CC));
-	memcpy(args + 5, out->room, sizeof(out->room));
-	if (SPI_execute_plan(heads_plan(), args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "frameq: dispatch queue read failed");
-	for (uint64 i = 0; i < SPI_processed; i++)
+	nkeys = host_streams(st, show->show, tags, ntags, &keys);
+	for (int i = 0; i < nkeys; i++)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		bool		isnull;
-		Stream	   *s;
+		Stream	   *s = stream_of(out, keys[i].tag, keys[i].gpu, keys[i].mem_class,
+								  keys[i].core_class);
 
-		s = stream_of(out, DatumGetTextPCopy(SPI_getbinval(tup, desc, 1, &isnull)),
-					  frameq_get_bool(tup, desc, 2, NULL),
-					  DatumGetInt16(SPI_getbinval(tup, desc, 3, &isnull)),
-					  DatumGetInt16(SPI_getbinval(tup, desc, 4, &isnull)));
-		read_row(tup, desc, 5, &s->rows[s->n++]);
-	}
-	SPI_freetuptable(SPI_tuptable);
-	/* the heads come in no order: sort each stream's, and note which may have more */
-	for (int i = 0; i < out->n; i++)
-	{
-		Stream	   *s = &out->s[i];
-
+		if (!stream_heads(st, show->show, &keys[i], s))
+		{
+			out->n--;			/* no rows: no stream (it was the last one added) */
+			continue;
+		}
+		/* rows of one layer may tie in the index's order and not in the walk's */
 		qsort(s->rows, s->n, sizeof(QueueRow), compare_rows);
 		s->more = (s->n == QUEUE_HEADS);
 		s->last = s->rows[s->n - 1];
@@ -1411,46 +1680,115 @@ next_row(Streams *streams, QueueRow *row)
 	return true;
 }
 
-/* a candidate's job as it is now; false if it is gone */
-static bool
-load_job(int64 id, JobCandidate *job, bool *active, int32 *priority)
+enum
 {
-	static SPIPlanPtr plan = NULL;
-	Datum		args[1];
-	HeapTuple	tup;
-	TupleDesc	desc;
-	bool		isnull;
+	JC_ID, JC_FOLDER, JC_MAX_CC, JC_MAX_GPUS, JC_NAME, JC_STATE, JC_PRIORITY,
+	JC_TIMEOUT, JC_BLOCKS, JC_NCOLS
+};
+static const FrameqColumn job_cols[JC_NCOLS] = {
+	{"id", INT8OID, F_INT8EQ},
+	{"folder", INT4OID},
+	{"max_cc", INT4OID},
+	{"max_gpus", INT4OID},
+	{"name", TEXTOID},
+	{"state", TEXTOID},
+	{"priority", INT4OID},
+	{"timeout", INT4OID},
+	{"host_blocks", BOOLOID},
+};
+static AttrNumber job_attnums[JC_NCOLS];
+static FrameqTable job_table = {"job", "job_pkey", JC_NCOLS, job_cols, job_attnums};
 
-	if (plan == NULL)
+static const FrameqColumn folder_cols[] = {
+	{"id", INT4OID, F_INT4EQ},
+	{"max_cc", INT4OID},
+	{"max_gpus", INT4OID},
+};
+static AttrNumber folder_attnums[lengthof(folder_cols)];
+static FrameqTable folder_table = {"folder", "folder_pkey", lengthof(folder_cols),
+folder_cols, folder_attnums};
+
+/* a nullable cap read: -1 for none */
+static int32
+cap_or_none(Datum v, bool isnull)
+{
+	return isnull ? -1 : DatumGetInt32(v);
+}
+
+/* the job's folder's caps, -1 for none (and for a folder that is gone) */
+static void
+load_folder_caps(JobCandidate *job)
+{
+	FrameqRead	r;
+	int			keycols[1] = {0};
+	Datum		keys[1];
+	Datum		v[lengthof(folder_cols)];
+	bool		n[lengthof(folder_cols)];
+
+	job->folder_cap_cc = job->folder_cap_gpus = -1;
+	if (!job->has_folder)
+		return;
+	keys[0] = Int32GetDatum(job->folder);
+	frameq_read_begin(&r, &folder_table, false, 1, keycols, keys);
+	if (frameq_read_next(&r, v, n))
 	{
-		Oid			types[1] = {INT8OID};
-
-		plan = frameq_prepare("SELECT j.id, j.folder, coalesce(j.max_cc, -1),"
-							  "       coalesce(j.max_gpus, -1), coalesce(f.max_cc, -1),"
-							  "       coalesce(f.max_gpus, -1), j.name, j.state = 'active',"
-							  "       j.priority"
-							  "  FROM frameq.job j LEFT JOIN frameq.folder f ON f.id = j.folder"
-							  " WHERE j.id = $1",
-							  1, types);
+		job->folder_cap_cc = cap_or_none(v[1], n[1]);
+		job->folder_cap_gpus = cap_or_none(v[2], n[2]);
 	}
-	args[0] = Int64GetDatum(id);
-	if (SPI_execute_plan(plan, args, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "frameq: job lookup failed");
-	if (SPI_processed == 0)
+	frameq_read_end(&r);
+}
+
+/*
+ * A candidate's job as it is now, with its folder's caps: read under the
+ * calling statement's snapshot (rowread.c), as one read-only statement
+ * would; false if it is gone.  Every read of the call sees that same
+ * snapshot, so a job read already in this call (the dispatch queue's rows
+ * carry their jobs' caps, and the booking needs the job again) is taken
+ * from st->jobs, not read again.
+ */
+static bool
+load_job(ReserveState *st, int64 id, JobCandidate *job, bool *active, int32 *priority)
+{
+	FrameqRead	r;
+	int			keycols[1] = {JC_ID};
+	Datum		keys[1];
+	Datum		v[JC_NCOLS];
+	bool		n[JC_NCOLS];
+
+	for (int i = 0; i < Min(st->njobs, JOB_CACHE); i++)
+	{
+		if (st->jobs[i].job.id == id)
+		{
+			*job = st->jobs[i].job;
+			*active = st->jobs[i].active;
+			*priority = st->jobs[i].priority;
+			return true;
+		}
+	}
+	keys[0] = Int64GetDatum(id);
+	frameq_read_begin(&r, &job_table, false, 1, keycols, keys);
+	if (!frameq_read_next(&r, v, n))
+	{
+		frameq_read_end(&r);
 		return false;
-	tup = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-	job->id = frameq_get_int64(tup, desc, 1, NULL);
-	job->folder = frameq_get_int32(tup, desc, 2, &isnull);
-	job->has_folder = !isnull;
-	job->job_cap_cc = frameq_get_int32(tup, desc, 3, NULL);
-	job->job_cap_gpus = frameq_get_int32(tup, desc, 4, NULL);
-	job->folder_cap_cc = frameq_get_int32(tup, desc, 5, NULL);
-	job->folder_cap_gpus = frameq_get_int32(tup, desc, 6, NULL);
-	job->name = SPI_getvalue(tup, desc, 7);
-	*active = frameq_get_bool(tup, desc, 8, NULL);
-	*priority = frameq_get_int32(tup, desc, 9, NULL);
-	SPI_freetuptable(SPI_tuptable);
+	}
+	job->id = DatumGetInt64(v[JC_ID]);
+	job->has_folder = !n[JC_FOLDER];
+	job->folder = job->has_folder ? DatumGetInt32(v[JC_FOLDER]) : 0;
+	job->job_cap_cc = cap_or_none(v[JC_MAX_CC], n[JC_MAX_CC]);
+	job->job_cap_gpus = cap_or_none(v[JC_MAX_GPUS], n[JC_MAX_GPUS]);
+	job->name = TextDatumGetCString(v[JC_NAME]);
+	*active = frameq_text_is(v[JC_STATE], "active");
+	*priority = DatumGetInt32(v[JC_PRIORITY]);
+	job->has_timeout = !n[JC_TIMEOUT];
+	job->timeout = job->has_timeout ? DatumGetInt32(v[JC_TIMEOUT]) : 0;
+	job->host_blocks = DatumGetBool(v[JC_BLOCKS]);
+	frameq_read_end(&r);
+	load_folder_caps(job);
+	st->jobs[st->njobs % JOB_CACHE].job = *job;
+	st->jobs[st->njobs % JOB_CACHE].active = *active;
+	st->jobs[st->njobs % JOB_CACHE].priority = *priority;
+	st->njobs++;
 	return true;
 }
 
@@ -1712,7 +2050,7 @@ book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tid
 		}
 		if (!have_job || job.id != r.job)
 		{
-			have_job = load_job(r.job, &job, &job_active, &job_priority);
+			have_job = load_job(st, r.job, &job, &job_active, &job_priority);
 			job_counted = false;
 			if (!have_job)
 				continue;
@@ -1720,7 +2058,7 @@ book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tid
 		/* changed since the row was read: the next call sees it as it is */
 		if (!job_active || job_priority != r.priority)
 			continue;
-		if (!load_layer(st, r.layer, &layer))
+		if (!load_layer(st, &job, r.layer, &layer))
 			continue;
 		claimed = st->claimed;
 		/* set_layer changed the layer: its new rows are queued; tidy this one */

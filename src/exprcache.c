@@ -19,9 +19,13 @@
  * How: an ExecutorStart hook, once the executor has opened a statement's
  * result relations, gives each result relation that is a table of the
  * frameq schema its constraints' and WHEN conditions' expression states,
- * built (ExecInitExpr, ExecInitQual, in the statement's memory, as
- * PostgreSQL would) from planned trees kept here; the executor then finds
- * them built and skips its own building.  A kept tree is used only for
+ * built (ExecInitExpr, ExecInitQual) from planned trees kept here; the
+ * executor then finds them built and skips its own building.  The state
+ * of a tree made of plain nodes and PostgreSQL's own functions is built
+ * once and kept with the tree, for statement after statement (building
+ * and first-run checking them was 0.1 million instructions a booking);
+ * any other is built in the statement's memory, as PostgreSQL would
+ * (shareable, below).  A kept tree is used only for
  * the very text it was made from: each entry keeps the constraint's
  * conbin and the trigger's tgqual and id as the relation cache has them
  * now, and a mismatch rebuilds the entry.  Any invalidation of a cached
@@ -38,7 +42,9 @@
 #include "catalog/namespace.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
+#include "access/transam.h"
 #include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
 #include "rewrite/prs2lock.h"
 #include "rewrite/rewriteManip.h"
@@ -63,6 +69,11 @@ typedef struct CachedRel
 	Oid		   *tgoid;
 	char	  **tgqual;			/* NULL: no WHEN condition */
 	List	  **whens;			/* planned, implicit-AND, as TriggerEnabled */
+	/* which may share one expression state (shareable), and it once built */
+	bool	   *check_shared;
+	bool	   *when_shared;
+	ExprState **check_states;
+	ExprState **when_states;
 } CachedRel;
 
 static ExecutorStart_hook_type prev_ExecutorStart = NULL;
@@ -172,6 +183,70 @@ plan_when(const char *tgqual)
 	return (List *) expression_planner((Expr *) qual);
 }
 
+/* a function that is PostgreSQL's own: it runs no statement of ours */
+static bool
+not_builtin(Oid func, void *context)
+{
+	return func >= FirstGenbkiObjectId;
+}
+
+/*
+ * May one expression state of this tree serve statement after statement?
+ * Only if evaluating it keeps nothing in the statement's memory and can
+ * never evaluate it again before it is done: it is made of the plain
+ * nodes below only (no domain check, row-type test, subquery or
+ * parameter: some of those keep state in the statement's memory, a domain
+ * check may call any function), and calls only PostgreSQL's own functions
+ * (a user's or an extension's might run a statement that writes the same
+ * table).  frameq's own CHECK constraints and WHEN conditions all are.
+ */
+static bool
+shareable_walker(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	switch (nodeTag(node))
+	{
+		case T_Var:
+		case T_Const:
+		case T_FuncExpr:
+		case T_OpExpr:
+		case T_DistinctExpr:
+		case T_NullIfExpr:
+		case T_BoolExpr:
+		case T_RelabelType:
+		case T_CoerceViaIO:
+		case T_CaseExpr:
+		case T_CaseWhen:
+		case T_CaseTestExpr:
+		case T_BooleanTest:
+		case T_MinMaxExpr:
+		case T_CoalesceExpr:
+		case T_ArrayExpr:
+		case T_List:
+			break;
+		case T_ScalarArrayOpExpr:
+			if (OidIsValid(((ScalarArrayOpExpr *) node)->hashfuncid))
+				return true;
+			break;
+		case T_NullTest:
+			if (((NullTest *) node)->argisrow)
+				return true;
+			break;
+		default:
+			return true;
+	}
+	if (check_functions_in_node(node, not_builtin, NULL))
+		return true;
+	return expression_tree_walker(node, shareable_walker, context);
+}
+
+static bool
+shareable(Node *tree)
+{
+	return !shareable_walker(tree, NULL);
+}
+
 /*
  * (Re)build the entry from the relation's constraints and triggers.  The
  * entry matches nothing until it is whole: an error while planning leaves
@@ -206,6 +281,14 @@ build_entry(CachedRel *e, const TupleConstr *constr, const TriggerDesc *trig)
 			whens[i] = plan_when(tgqual[i]);
 		}
 	}
+	e->check_shared = palloc0(sizeof(bool) * Max(ncheck, 1));
+	e->when_shared = palloc0(sizeof(bool) * Max(ntrig, 1));
+	e->check_states = palloc0(sizeof(ExprState *) * Max(ncheck, 1));
+	e->when_states = palloc0(sizeof(ExprState *) * Max(ntrig, 1));
+	for (int i = 0; i < ncheck; i++)
+		e->check_shared[i] = shareable((Node *) checks[i]);
+	for (int i = 0; i < ntrig; i++)
+		e->when_shared[i] = whens[i] != NIL && shareable((Node *) whens[i]);
 	MemoryContextSwitchTo(old);
 	e->ccbin = ccbin;
 	e->checks = checks;
@@ -249,34 +332,59 @@ entry_for(ResultRelInfo *ri)
 }
 
 /*
- * Give the relation the expression states the executor would build, in
- * the statement's memory, from the cached trees (which stay until the
- * transaction ends even if the cache is dropped meanwhile: retired).
+ * The state of a kept tree: built once into the cache's memory if it may
+ * be shared, else in the statement's memory as PostgreSQL would.  A
+ * shared state is a read-only program with scratch space that each
+ * evaluation starts afresh, as plpgsql keeps those of its simple
+ * expressions; it goes with the tree it was made from.
+ */
+static ExprState *
+kept_state(ExprState **kept, bool shared, Node *tree, bool qual, MemoryContext query_cxt)
+{
+	MemoryContext old;
+	ExprState  *state;
+
+	if (*kept != NULL)
+		return *kept;
+	old = MemoryContextSwitchTo(shared ? cache_cxt : query_cxt);
+	state = qual ? ExecInitQual((List *) tree, NULL) : ExecInitExpr((Expr *) tree, NULL);
+	MemoryContextSwitchTo(old);
+	if (shared)
+		*kept = state;
+	return state;
+}
+
+/*
+ * Give the relation the expression states the executor would build: the
+ * kept ones, or ones built in the statement's memory from the cached trees
+ * (which stay until the transaction ends even if the cache is dropped
+ * meanwhile: retired).
  */
 static void
 prime_result_rel(EState *estate, ResultRelInfo *ri)
 {
 	CachedRel  *e = entry_for(ri);
-	MemoryContext old;
 
 	if (e == NULL)
 		return;
-	old = MemoryContextSwitchTo(estate->es_query_cxt);
 	if (ri->ri_ConstraintExprs == NULL && e->ncheck > 0)
 	{
-		ExprState **states = palloc(sizeof(ExprState *) * e->ncheck);
+		ExprState **states = MemoryContextAlloc(estate->es_query_cxt,
+												sizeof(ExprState *) * e->ncheck);
 
 		for (int i = 0; i < e->ncheck; i++)
-			states[i] = ExecInitExpr(e->checks[i], NULL);
+			states[i] = kept_state(&e->check_states[i], e->check_shared[i],
+								   (Node *) e->checks[i], false, estate->es_query_cxt);
 		ri->ri_ConstraintExprs = states;
 	}
 	if (ri->ri_TrigWhenExprs != NULL)
 	{
 		for (int i = 0; i < e->ntrig; i++)
 			if (e->whens[i] != NIL && ri->ri_TrigWhenExprs[i] == NULL)
-				ri->ri_TrigWhenExprs[i] = ExecInitQual(e->whens[i], NULL);
+				ri->ri_TrigWhenExprs[i] = kept_state(&e->when_states[i], e->when_shared[i],
+													 (Node *) e->whens[i], true,
+													 estate->es_query_cxt);
 	}
-	MemoryContextSwitchTo(old);
 }
 
 /*

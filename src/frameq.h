@@ -13,6 +13,8 @@
 
 #include "common/int.h"
 #include "executor/spi.h"
+#include "storage/itemptr.h"
+#include "utils/relcache.h"
 #include "utils/timestamp.h"
 
 /* frameq's own SQLSTATEs live in class FQ */
@@ -319,6 +321,50 @@ extern void frameq_count_host_failure(int64 job, int32 host, TimestampTz ended_a
 #define FRAMEQ_DEFAULT_REQUEUE_DELAY	30	/* seconds */
 #define FRAMEQ_DEFAULT_MAX_REQUEUES		20
 #define FRAMEQ_DEFAULT_RETRY_DELAY		0	/* seconds */
+
+/* rowread.c: key probes of frameq's tables below the executor */
+typedef struct FrameqColumn
+{
+	const char *name;
+	Oid			type;
+	Oid			eqproc;			/* its equality function, if it is a key */
+} FrameqColumn;
+
+/*
+ * A table and the columns a read returns, in the order given; attnums is
+ * the caller's array of ncols, zeroed at first (the columns' attribute
+ * numbers, found and checked at each read), as are relid and indexid.
+ */
+typedef struct FrameqTable
+{
+	const char *relname;
+	const char *indexname;		/* NULL: read the whole table */
+	int			ncols;
+	const FrameqColumn *cols;
+	AttrNumber *attnums;
+	Oid			relid;			/* kept per backend, checked at each read */
+	Oid			indexid;
+} FrameqTable;
+
+#define FRAMEQ_READ_MAX_KEYS	5
+
+typedef struct FrameqRead
+{
+	FrameqTable *table;
+	Relation	rel;
+	Relation	index;
+	struct IndexScanDescData *iscan;
+	struct TableScanDescData *hscan;
+	struct TupleTableSlot *slot;
+} FrameqRead;
+
+extern void frameq_read_begin(FrameqRead *r, FrameqTable *t, bool fresh, int nkeys,
+							  const int *keycols, const Datum *keys);
+extern bool frameq_read_next(FrameqRead *r, Datum *values, bool *nulls);
+extern ItemPointerData frameq_read_tid(FrameqRead *r);
+extern void frameq_read_end(FrameqRead *r);
+extern bool frameq_text_is(Datum value, const char *s);
+extern Datum frameq_read_copy(Datum value);
 
 /* booking.c: charges taken by reserve() that the insert trigger adopts */
 extern bool frameq_adopt_precharge(int64 proc);

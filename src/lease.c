@@ -16,50 +16,108 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "common/cryptohash.h"
+#include "common/sha2.h"
+#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/timestamp.h"
 
 #include "frameq.h"
 
+/* the host columns the two reads below return */
+static const FrameqColumn host_auth_cols[] = {
+	{"name", TEXTOID, F_TEXTEQ},
+	{"id", INT4OID},
+	{"token_hash", BYTEAOID},
+	{"retired_at", TIMESTAMPTZOID},
+};
+static AttrNumber host_auth_attnums[lengthof(host_auth_cols)];
+static FrameqTable host_by_name = {"host", "host_name_in_farm", lengthof(host_auth_cols),
+host_auth_cols, host_auth_attnums};
+
+enum
+{
+	HL_ID, HL_ALLOCATION, HL_EPOCH, HL_STATE, HL_LEASE, HL_TAGS, HL_IDLE_CC,
+	HL_IDLE_MEMORY, HL_IDLE_GPUS, HL_IDLE_GPU_MEMORY, HL_NCOLS
+};
+static const FrameqColumn host_load_cols[HL_NCOLS] = {
+	{"id", INT4OID, F_INT4EQ},
+	{"allocation", INT4OID},
+	{"epoch", INT8OID},
+	{"state", TEXTOID},
+	{"lease_expires_at", TIMESTAMPTZOID},
+	{"tags", TEXTARRAYOID},
+	{"idle_cc", INT4OID},
+	{"idle_memory", INT8OID},
+	{"idle_gpus", INT4OID},
+	{"idle_gpu_memory", INT8OID},
+};
+static AttrNumber host_load_attnums[HL_NCOLS];
+static FrameqTable host_by_id = {"host", "host_pkey", HL_NCOLS, host_load_cols,
+host_load_attnums};
+
+/* is hash sha256(convert_to(token, 'UTF8')), as register_host stored it? */
+static bool
+token_matches(text *token, bytea *hash)
+{
+	uint8		digest[PG_SHA256_DIGEST_LENGTH];
+	int			len = VARSIZE_ANY_EXHDR(token);
+	char	   *utf8 = pg_server_to_any(VARDATA_ANY(token), len, PG_UTF8);
+	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
+
+	if (utf8 != VARDATA_ANY(token))
+		len = strlen(utf8);
+	if (pg_cryptohash_init(ctx) < 0 ||
+		pg_cryptohash_update(ctx, (uint8 *) utf8, len) < 0 ||
+		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
+		elog(ERROR, "frameq: could not hash a token: %s", pg_cryptohash_error(ctx));
+	pg_cryptohash_free(ctx);
+	return VARSIZE_ANY_EXHDR(hash) == sizeof(digest) &&
+		memcmp(VARDATA_ANY(hash), digest, sizeof(digest)) == 0;
+}
+
 /*
  * Look up a host in the farm (not retired) by name and check its token;
  * returns the host's id.  Messages quote at most 64 characters of the name.
+ * One probe of host_name_in_farm under the calling statement's snapshot
+ * (rowread.c), what a read-only SPI statement would see.
  */
 int32
 frameq_host_authenticate(text *name, text *token)
 {
-	static SPIPlanPtr plan = NULL;
-	Datum		args[2];
-	int			ret;
-	bool		token_ok;
-	int32		id;
+	FrameqRead	r;
+	int			keycols[1] = {0};
+	Datum		keys[1];
+	Datum		values[lengthof(host_auth_cols)];
+	bool		nulls[lengthof(host_auth_cols)];
+	bool		found = false;
+	bool		token_ok = false;
+	int32		id = 0;
 
-	if (plan == NULL)
-	{
-		Oid			types[2] = {TEXTOID, TEXTOID};
-
-		plan = frameq_prepare("SELECT id, token_hash = sha256(convert_to($2, 'UTF8'))"
-							  "  FROM frameq.host WHERE name = $1 AND retired_at IS NULL",
-							  2, types);
-	}
 	/* tokens are 64 hex digits: nothing much longer is hashed */
 	if (VARSIZE_ANY_EXHDR(token) > FRAMEQ_MAX_TOKEN_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("token is too large: %zu bytes, at most %d",
 						(size_t) VARSIZE_ANY_EXHDR(token), FRAMEQ_MAX_TOKEN_BYTES)));
-	args[0] = PointerGetDatum(name);
-	args[1] = PointerGetDatum(token);
-	ret = SPI_execute_plan(plan, args, NULL, true, 1);
-	if (ret != SPI_OK_SELECT)
-		elog(ERROR, "frameq: host lookup failed: %s", SPI_result_code_string(ret));
-	if (SPI_processed == 0)
+	keys[0] = PointerGetDatum(name);
+	frameq_read_begin(&r, &host_by_name, false, 1, keycols, keys);
+	while (!found && frameq_read_next(&r, values, nulls))
+	{
+		/* the index holds only hosts in the farm; a row read is checked anyway */
+		if (!nulls[3])
+			continue;
+		found = true;
+		id = DatumGetInt32(values[1]);
+		token_ok = token_matches(token, DatumGetByteaPP(values[2]));
+	}
+	frameq_read_end(&r);
+	if (!found)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("host \"%s\" is not registered", frameq_clip_text(name)),
 				 errhint("Register it with frameq.register_host().")));
-	id = frameq_get_int32(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, NULL);
-	token_ok = frameq_get_bool(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, NULL);
 	if (!token_ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PASSWORD),
@@ -67,52 +125,40 @@ frameq_host_authenticate(text *name, text *token)
 	return id;
 }
 
-/* Read a host's lease and free capacity (after taking its booking lock). */
+/*
+ * Read a host's lease and free capacity (after taking its booking lock):
+ * one probe of host_pkey under a new snapshot (rowread.c), so that what a
+ * booking of the host committed before the lock was ours is seen.
+ */
 void
 frameq_host_load(int32 host_id, FrameqHost *host)
 {
-	static SPIPlanPtr plan = NULL;
-	Datum		args[1];
-	int			ret;
-	HeapTuple	tup;
-	TupleDesc	desc;
-	bool		isnull;
+	FrameqRead	r;
+	int			keycols[1] = {HL_ID};
+	Datum		keys[1];
+	Datum		v[HL_NCOLS];
+	bool		n[HL_NCOLS];
 
-	if (plan == NULL)
-	{
-		Oid			types[1] = {INT4OID};
-
-		plan = frameq_prepare("SELECT allocation, epoch, state = 'up',"
-							  "       lease_expires_at IS NOT NULL,"
-							  "       coalesce(lease_expires_at > clock_timestamp(), false),"
-							  "       tags, idle_cc, idle_memory, idle_gpus, idle_gpu_memory"
-							  "  FROM frameq.host WHERE id = $1",
-							  1, types);
-	}
-	args[0] = Int32GetDatum(host_id);
-	ret = SPI_execute_plan(plan, args, NULL, false, 1);
-	if (ret != SPI_OK_SELECT)
-		elog(ERROR, "frameq: host read failed: %s", SPI_result_code_string(ret));
-	if (SPI_processed == 0)
+	keys[0] = Int32GetDatum(host_id);
+	frameq_read_begin(&r, &host_by_id, true, 1, keycols, keys);
+	if (!frameq_read_next(&r, v, n))
 		elog(ERROR, "frameq: host %d vanished", host_id);
-	tup = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
 	host->id = host_id;
-	host->allocation = frameq_get_int32(tup, desc, 1, NULL);
-	host->epoch = frameq_get_int64(tup, desc, 2, NULL);
-	host->up = frameq_get_bool(tup, desc, 3, NULL);
+	host->allocation = DatumGetInt32(v[HL_ALLOCATION]);
+	host->epoch = DatumGetInt64(v[HL_EPOCH]);
+	host->up = frameq_text_is(v[HL_STATE], "up");
 	/*
 	 * A lease the worker has ended (NULL) is over.  In the quarantine after
 	 * a start every lease is being re-armed, so one that looks past is not.
 	 */
-	host->lease_current = frameq_get_bool(tup, desc, 4, NULL) &&
-		(frameq_get_bool(tup, desc, 5, NULL) || frameq_in_quarantine());
-	host->tags = SPI_getbinval(tup, desc, 6, &isnull);
-	host->tags = SPI_datumTransfer(host->tags, false, -1);
-	host->idle.cores_cc = frameq_get_int32(tup, desc, 7, NULL);
-	host->idle.memory = frameq_get_int64(tup, desc, 8, NULL);
-	host->idle.gpus = frameq_get_int32(tup, desc, 9, NULL);
-	host->idle.gpu_memory = frameq_get_int64(tup, desc, 10, NULL);
+	host->lease_current = !n[HL_LEASE] &&
+		(DatumGetTimestampTz(v[HL_LEASE]) > GetCurrentTimestamp() || frameq_in_quarantine());
+	host->tags = frameq_read_copy(v[HL_TAGS]);
+	host->idle.cores_cc = DatumGetInt32(v[HL_IDLE_CC]);
+	host->idle.memory = DatumGetInt64(v[HL_IDLE_MEMORY]);
+	host->idle.gpus = DatumGetInt32(v[HL_IDLE_GPUS]);
+	host->idle.gpu_memory = DatumGetInt64(v[HL_IDLE_GPU_MEMORY]);
+	frameq_read_end(&r);
 }
 
 /*
