@@ -1018,7 +1018,12 @@ frameq_proc_after_delete(PG_FUNCTION_ARGS)
 		frameq_count_host_failure(p.job, p.host, ended_at);
 	release_frame(&p, &ctx);
 	if (state_is_terminal(ctx.new_state))
-		maybe_finish_job(p.job);
+	{
+		if (ctx.job_to_check != NULL)
+			*ctx.job_to_check = true;
+		else
+			maybe_finish_job(p.job);
+	}
 	notify_release(&p, ctx.new_state, ctx.reason);
 
 	SPI_finish();
@@ -1557,12 +1562,20 @@ release_order(const void *a, const void *b)
  * jobs must take those rows in one order); then say why the others had
  * no live proc ('stale', 'duplicate').  A proc named twice is locked and
  * released once, for its first copy.
+ *
+ * Whether a job has ended is asked once, after the batch's last release
+ * of it, if any of them ended its frame for good (maybe_finish_job): asked
+ * after each release, its index probes would step over the entries of the
+ * frames the batch had just ended, each a visit to the heap (entries that
+ * cannot be marked dead before the batch commits).  The job's row is
+ * still taken before the next job's releases, so the order above holds.
  */
 static void
 settle_reports(Settling *batch, int n, int32 host_id)
 {
 	Settling  **live = palloc(sizeof(Settling *) * Max(n, 1));
 	int			nlive = 0;
+	bool		job_ended = false;
 
 	for (int i = 0; i < n; i++)
 	{
@@ -1580,8 +1593,15 @@ settle_reports(Settling *batch, int n, int32 host_id)
 	qsort(live, nlive, sizeof(Settling *), release_order);
 	for (int i = 0; i < nlive; i++)
 	{
+		live[i]->ctx.job_to_check = &job_ended;
 		frameq_release_with(&live[i]->ctx);
 		live[i]->answer = "accepted";
+		/* the job's last release of the batch: has the job ended? */
+		if (job_ended && (i + 1 == nlive || live[i + 1]->job != live[i]->job))
+		{
+			maybe_finish_job(live[i]->job);
+			job_ended = false;
+		}
 	}
 	for (int i = 0; i < n; i++)
 		if (!batch[i].live)
