@@ -305,6 +305,14 @@ typedef struct ReleaseContext
 	bool		oom_retry;		/* complete(oom): the task's memory is set */
 	int64		memory;			/* its new frame.memory; 0 for NULL */
 	const char *dead_reason;	/* dead because it fits no host; NULL if not */
+
+	/*
+	 * NULL: the release itself finishes the job if this was its last live
+	 * task.  Otherwise the caller does (once for all its releases of the
+	 * job: complete_many), and the release only sets *job_to_check when the
+	 * frame's end was terminal.
+	 */
+	bool	   *job_to_check;
 } ReleaseContext;
 
 extern void frameq_release_with(const ReleaseContext *ctx);

@@ -638,11 +638,18 @@ frameq_lock_job_row(int64 job)
  * ordered probes that only an index can answer cheaply.  An EXISTS here
  * was planned, for a job holding much of the table, as a sequential scan
  * that stopped at its first match: past every row stored before the job's
- * (5 ms a complete() with 30,000 rows ahead).
+ * (5 ms a complete() with 30,000 rows ahead).  The first look asks for
+ * the highest state first, and for a 'depend' one only when no task is
+ * waiting, and then for nothing above 'depend': the job's 'running'
+ * entries, which the probe from below would otherwise step over, include
+ * those of the frames that this transaction, and others in flight, have
+ * just ended, each one a visit to the heap (and, as they become dead, to
+ * _bt_killitems).
  */
 static void
 maybe_finish_job(int64 job)
 {
+	static SPIPlanPtr waiting_plan = NULL;
 	static SPIPlanPtr live_plan = NULL;
 	static SPIPlanPtr finish_plan = NULL;
 	static SPIPlanPtr defer_plan = NULL;
@@ -653,6 +660,18 @@ maybe_finish_job(int64 job)
 	{
 		Oid			types[1] = {INT8OID};
 
+		/* the second probe is an InitPlan: run only if the CASE needs it */
+		waiting_plan = frameq_prepare("SELECT CASE WHEN (SELECT state FROM frameq.frame"
+									  "                   WHERE job = $1"
+									  "                     AND state IN ('waiting', 'depend', 'running')"
+									  "                   ORDER BY state DESC LIMIT 1) = 'waiting'"
+									  "            THEN true"
+									  "            ELSE (SELECT state FROM frameq.frame"
+									  "                   WHERE job = $1"
+									  "                     AND state IN ('waiting', 'depend', 'running')"
+									  "                     AND state <= 'depend'"
+									  "                   ORDER BY state LIMIT 1) IS NOT NULL END",
+									  1, types);
 		live_plan = frameq_prepare("SELECT coalesce(low = 'depend' OR high = 'waiting', false), low IS NOT NULL"
 								   "  FROM (SELECT (SELECT state FROM frameq.frame"
 								   "                 WHERE job = $1 AND state IN ('waiting', 'depend', 'running')"
@@ -667,7 +686,7 @@ maybe_finish_job(int64 job)
 									 1, types);
 	}
 	args[0] = Int64GetDatum(job);
-	if (SPI_execute_plan(live_plan, args, NULL, false, 1) != SPI_OK_SELECT)
+	if (SPI_execute_plan(waiting_plan, args, NULL, false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "frameq: job liveness check failed");
 	waiting = frameq_get_bool(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, NULL);
 	if (waiting)
@@ -1018,7 +1037,12 @@ frameq_proc_after_delete(PG_FUNCTION_ARGS)
 		frameq_count_host_failure(p.job, p.host, ended_at);
 	release_frame(&p, &ctx);
 	if (state_is_terminal(ctx.new_state))
-		maybe_finish_job(p.job);
+	{
+		if (ctx.job_to_check != NULL)
+			*ctx.job_to_check = true;
+		else
+			maybe_finish_job(p.job);
+	}
 	notify_release(&p, ctx.new_state, ctx.reason);
 
 	SPI_finish();
@@ -1557,12 +1581,20 @@ release_order(const void *a, const void *b)
  * jobs must take those rows in one order); then say why the others had
  * no live proc ('stale', 'duplicate').  A proc named twice is locked and
  * released once, for its first copy.
+ *
+ * Whether a job has ended is asked once, after the batch's last release
+ * of it, if any of them ended its frame for good (maybe_finish_job): asked
+ * after each release, its index probes would step over the entries of the
+ * frames the batch had just ended, each a visit to the heap (entries that
+ * cannot be marked dead before the batch commits).  The job's row is
+ * still taken before the next job's releases, so the order above holds.
  */
 static void
 settle_reports(Settling *batch, int n, int32 host_id)
 {
 	Settling  **live = palloc(sizeof(Settling *) * Max(n, 1));
 	int			nlive = 0;
+	bool		job_ended = false;
 
 	for (int i = 0; i < n; i++)
 	{
@@ -1580,8 +1612,15 @@ settle_reports(Settling *batch, int n, int32 host_id)
 	qsort(live, nlive, sizeof(Settling *), release_order);
 	for (int i = 0; i < nlive; i++)
 	{
+		live[i]->ctx.job_to_check = &job_ended;
 		frameq_release_with(&live[i]->ctx);
 		live[i]->answer = "accepted";
+		/* the job's last release of the batch: has the job ended? */
+		if (job_ended && (i + 1 == nlive || live[i + 1]->job != live[i]->job))
+		{
+			maybe_finish_job(live[i]->job);
+			job_ended = false;
+		}
 	}
 	for (int i = 0; i < n; i++)
 		if (!batch[i].live)

@@ -74,6 +74,33 @@ else:
 done = one(q, "SELECT count(*) FROM frameq.frame WHERE job = %s AND state = 'succeeded'", job)
 if done != 4:
     fail("%d frames succeeded, want 4" % done)
+agent.commit()
+
+# a batch over two jobs that ends the last tasks of one: that job finished
+# in the batch's transaction, every release announced once, at the commit
+last = submit(q, show, "bn_last_" + sfx, "1-2", priority=90)
+answers, swapped = batch(booked[:2])
+agent.commit()
+ours = one(q, "SELECT array_agg(id ORDER BY id) FROM frameq.proc WHERE job = %s", last)
+if answers != ["accepted"] * 2 or len(ours or []) != 2 or not set(ours) <= set(swapped):
+    fail("setup: answers %s, booked %s, the last job's procs %s" % (answers, swapped, ours))
+released(0.5)
+procs = ours + booked[2:3]
+answers, _ = batch(procs)
+before = released(0.3)
+state = one(q, "SELECT state FROM frameq.job WHERE id = %s", last)
+agent.commit()
+after = released(1.0)
+want = sorted((p, "succeeded") for p in procs)
+ended = q("SELECT state, finished_at IS NOT NULL FROM frameq.job WHERE id IN (%s, %s) ORDER BY id = %s DESC",
+          last, job, last)
+if answers == ["accepted"] * 3 and before == [] and after == want and state == "active" and \
+        ended == [("finished", True), ("active", False)]:
+    ok("a batch ending a job's last 2 tasks and 1 of another job's: that job alone finished, at the commit,"
+       " and the 3 releases heard once each")
+else:
+    fail("two jobs: answers %s, heard %s before and %s after the commit (want %s), the job %s before"
+         " the commit, after it %s" % (answers, before, after, want, state, ended))
 check_clean(q)
 finish()
 PY
