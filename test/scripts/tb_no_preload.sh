@@ -34,7 +34,17 @@ UPDATE np_host h SET epoch = (frameq.attach(h.name, h.token, 'boot')).epoch;
 SELECT frameq.submit('{"show":"np","name":"np","layers":[{"name":"r","command":"true","range":"1-4"}]}');
 UPDATE np_host h SET proc = b.proc, frame = b.frame FROM frameq.reserve('np1', (SELECT token FROM np_host), (SELECT epoch FROM np_host), 1) b;
 SQL
-[ "$(q -c "SELECT count(*) FROM frameq.proc")" = 1 ] || { echo "not ok: the fixture did not book"; exit 1; }
+# (other tests' hosts may still hold procs in the shared database)
+if [ "$(q -c "SELECT count(*) FROM frameq.proc p JOIN frameq.host h ON h.id = p.host WHERE h.name = 'np1'")" != 1 ]; then
+	echo "not ok: the fixture did not book"
+	q -c "SELECT name, state, down_reason, epoch, lease_expires_at > clock_timestamp() AS lease_current,
+	             lease_granted, idle_cc FROM frameq.host" \
+	  -c "SELECT * FROM frameq.worker_status()" \
+	  -c "SELECT state, count(*) FROM frameq.frame GROUP BY 1" \
+	  -c "SELECT name, setting FROM pg_settings WHERE name LIKE 'frameq.%'" \
+	  -c "SELECT * FROM frameq.dispatch_queue" -c "SELECT * FROM frameq.ledger()" 2>&1
+	exit 1
+fi
 
 echo "shared_preload_libraries = ''   $MARK" >>"$FRAMEQ_PGDATA/postgresql.conf"
 cluster_restart >/dev/null
