@@ -39,14 +39,9 @@ PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 LOGS="$REPO/bench/out/combined-$(date -u +%Y%m%d-%H%M%S)"
 mkdir -p "$LOGS"
 chmod 755 "$REPO/bench/out" "$LOGS"
-if [[ -n ${FRAMEQ_PGROOT:-} ]]; then
-	if [[ ! -x $FRAMEQ_PGROOT/usr/lib/postgresql/15/bin/postgres ]]; then
-		mkdir -p "$FRAMEQ_PGROOT/usr/lib/postgresql" "$FRAMEQ_PGROOT/usr/share/postgresql"
-		cp -a /usr/lib/postgresql/15 "$FRAMEQ_PGROOT/usr/lib/postgresql/"
-		cp -a /usr/share/postgresql/15 "$FRAMEQ_PGROOT/usr/share/postgresql/"
-	fi
-	export FRAMEQ_PGBIN="$FRAMEQ_PGROOT/usr/lib/postgresql/15/bin"
-fi
+# shellcheck source=pgroot.bash
+source "$REPO/bench/pgroot.bash"
+bench_pgroot
 { make -s PG_CONFIG="$PG_CONFIG" &&
 	make -s PG_CONFIG="$PG_CONFIG" ${FRAMEQ_PGROOT:+DESTDIR="$FRAMEQ_PGROOT"} install; } >"$LOGS/build.txt" 2>&1 || {
 	cat "$LOGS/build.txt" >&2

@@ -35,14 +35,9 @@ TREE=${FRAMEQ_BENCH_TREE:-$REPO}
 OUT="$REPO/bench/out/instructions-$(date -u +%Y%m%d-%H%M%S)"
 mkdir -p "$OUT"
 chmod 777 "$OUT"
-if [[ -n ${FRAMEQ_PGROOT:-} ]]; then
-	if [[ ! -x $FRAMEQ_PGROOT/usr/lib/postgresql/15/bin/postgres ]]; then
-		mkdir -p "$FRAMEQ_PGROOT/usr/lib/postgresql" "$FRAMEQ_PGROOT/usr/share/postgresql"
-		cp -a /usr/lib/postgresql/15 "$FRAMEQ_PGROOT/usr/lib/postgresql/"
-		cp -a /usr/share/postgresql/15 "$FRAMEQ_PGROOT/usr/share/postgresql/"
-	fi
-	export FRAMEQ_PGBIN="$FRAMEQ_PGROOT/usr/lib/postgresql/15/bin"
-fi
+# shellcheck source=pgroot.bash
+source "$REPO/bench/pgroot.bash"
+bench_pgroot
 { make -s -C "$TREE" PG_CONFIG="$PG_CONFIG" &&
 	make -s -C "$TREE" PG_CONFIG="$PG_CONFIG" ${FRAMEQ_PGROOT:+DESTDIR="$FRAMEQ_PGROOT"} install; } \
 	>"$OUT/build.txt" 2>&1 || { cat "$OUT/build.txt" >&2; exit 1; }
