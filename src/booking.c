@@ -894,49 +894,7 @@ claim_frames(LayerBooking *b)
 		give_back(b->st, b->layer, b->items, b->nitems, &b->tries[i]);
 }
 
-/* the claimed frames' procs, as the arguments of the insert below */
-static void
-proc_insert_args(LayerBooking *b, Datum *args, char *nulls)
-{
-	const LayerCandidate *layer = b->layer;
-	int			n = b->nclaimed;
-	Datum	   *ids = palloc(sizeof(Datum) * n);
-	Datum	   *frames = palloc(sizeof(Datum) * n);
-	Datum	   *cores = palloc(sizeof(Datum) * n);
-	Datum		limits[FRAMEQ_MAX_LAYER_LIMITS];
-
-	for (int k = 0; k < n; k++)
-	{
-		ids[k] = Int64GetDatum(b->tries[k].proc);
-		frames[k] = Int64GetDatum(b->tries[k].frame);
-		cores[k] = Int32GetDatum(b->tries[k].cores);
-	}
-	for (int j = 0; j < layer->nlimits; j++)
-		limits[j] = Int32GetDatum(layer->limit_ids[j]);
-	memset(nulls, ' ', 15);
-	args[0] = PointerGetDatum(construct_array(ids, n, INT8OID, 8, FLOAT8PASSBYVAL,
-											  TYPALIGN_DOUBLE));
-	args[1] = PointerGetDatum(construct_array(frames, n, INT8OID, 8, FLOAT8PASSBYVAL,
-											  TYPALIGN_DOUBLE));
-	args[2] = Int32GetDatum(b->st->host.id);
-	args[3] = Int64GetDatum(b->st->epoch);
-	args[4] = Int64GetDatum(b->job->id);
-	args[5] = Int64GetDatum(layer->id);
-	args[6] = Int32GetDatum(b->show->show);
-	args[7] = Int32GetDatum(b->job->folder);
-	if (!b->job->has_folder)
-		nulls[7] = 'n';
-	args[8] = Int32GetDatum(b->st->host.allocation);
-	args[9] = PointerGetDatum(construct_array(limits, layer->nlimits, INT4OID, 4,
-											  true, TYPALIGN_INT));
-	args[10] = PointerGetDatum(construct_array(cores, n, INT4OID, 4, true, TYPALIGN_INT));
-	args[11] = Int64GetDatum(layer->memory);
-	args[12] = Int32GetDatum(layer->gpus);
-	args[13] = Int64GetDatum(layer->gpu_memory);
-	args[14] = Int32GetDatum(layer->timeout);
-	if (!layer->has_timeout)
-		nulls[14] = 'n';
-}
+#define PROC_INSERT_NARGS 16
 
 /*
  * A claimed frame turned out to have a proc already: someone else booked
@@ -963,6 +921,111 @@ unclaim_frame(LayerBooking *b, FrameTry *t)
 }
 
 /*
+ * The proc insert, for one proc (n = 1: VALUES) or several (unnest of the
+ * ids, frames and cores): a single row skips the function scan and its
+ * tuple stores.  $15 is the booking's time, $16 its deadline (NULL for no
+ * timeout): one clock reading for both.  A frame that has a proc already
+ * is skipped (ON CONFLICT) and left out of RETURNING: see unclaim_frame.
+ */
+static SPIPlanPtr
+proc_insert_plan(int n)
+{
+	static SPIPlanPtr one_plan = NULL;
+	static SPIPlanPtr many_plan = NULL;
+
+	if (n == 1 && one_plan == NULL)
+	{
+		Oid			types[PROC_INSERT_NARGS] = {INT8OID, INT8OID, INT4OID, INT8OID, INT8OID,
+			INT8OID, INT4OID, INT4OID, INT4OID, INT4ARRAYOID, INT4OID, INT8OID, INT4OID,
+		INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+
+		one_plan = frameq_prepare("INSERT INTO frameq.proc"
+								  " (id, frame, host, epoch, job, layer, show, folder,"
+								  "  allocation, limits, cores_cc, memory, gpus, gpu_memory,"
+								  "  booked_at, timeout_at)"
+								  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,"
+								  "         $12, $13, $14, $15, $16)"
+								  " ON CONFLICT (frame) DO NOTHING"
+								  " RETURNING id",
+								  PROC_INSERT_NARGS, types);
+	}
+	if (n > 1 && many_plan == NULL)
+	{
+		Oid			types[PROC_INSERT_NARGS] = {INT8ARRAYOID, INT8ARRAYOID, INT4OID, INT8OID,
+			INT8OID, INT8OID, INT4OID, INT4OID, INT4OID, INT4ARRAYOID, INT4ARRAYOID, INT8OID,
+		INT4OID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+
+		many_plan = frameq_prepare("INSERT INTO frameq.proc"
+								   " (id, frame, host, epoch, job, layer, show, folder,"
+								   "  allocation, limits, cores_cc, memory, gpus, gpu_memory,"
+								   "  booked_at, timeout_at)"
+								   " SELECT t.id, t.frame, $3, $4, $5, $6, $7, $8, $9, $10,"
+								   "        t.cores, $12, $13, $14, $15, $16"
+								   "   FROM unnest($1, $2, $11) AS t(id, frame, cores)"
+								   " ON CONFLICT (frame) DO NOTHING"
+								   " RETURNING id",
+								   PROC_INSERT_NARGS, types);
+	}
+	return n == 1 ? one_plan : many_plan;
+}
+
+/* the claimed frames' procs, as the arguments of proc_insert_plan(n) */
+static void
+proc_insert_args(LayerBooking *b, Datum *args, char *nulls)
+{
+	const LayerCandidate *layer = b->layer;
+	int			n = b->nclaimed;
+	Datum		limits[FRAMEQ_MAX_LAYER_LIMITS];
+	TimestampTz now = GetCurrentTimestamp();
+
+	for (int j = 0; j < layer->nlimits; j++)
+		limits[j] = Int32GetDatum(layer->limit_ids[j]);
+	memset(nulls, ' ', PROC_INSERT_NARGS);
+	if (n == 1)
+	{
+		args[0] = Int64GetDatum(b->tries[0].proc);
+		args[1] = Int64GetDatum(b->tries[0].frame);
+		args[10] = Int32GetDatum(b->tries[0].cores);
+	}
+	else
+	{
+		Datum	   *ids = palloc(sizeof(Datum) * n);
+		Datum	   *frames = palloc(sizeof(Datum) * n);
+		Datum	   *cores = palloc(sizeof(Datum) * n);
+
+		for (int k = 0; k < n; k++)
+		{
+			ids[k] = Int64GetDatum(b->tries[k].proc);
+			frames[k] = Int64GetDatum(b->tries[k].frame);
+			cores[k] = Int32GetDatum(b->tries[k].cores);
+		}
+		args[0] = PointerGetDatum(construct_array(ids, n, INT8OID, 8, FLOAT8PASSBYVAL,
+												  TYPALIGN_DOUBLE));
+		args[1] = PointerGetDatum(construct_array(frames, n, INT8OID, 8, FLOAT8PASSBYVAL,
+												  TYPALIGN_DOUBLE));
+		args[10] = PointerGetDatum(construct_array(cores, n, INT4OID, 4, true, TYPALIGN_INT));
+	}
+	args[2] = Int32GetDatum(b->st->host.id);
+	args[3] = Int64GetDatum(b->st->epoch);
+	args[4] = Int64GetDatum(b->job->id);
+	args[5] = Int64GetDatum(layer->id);
+	args[6] = Int32GetDatum(b->show->show);
+	args[7] = Int32GetDatum(b->job->folder);
+	if (!b->job->has_folder)
+		nulls[7] = 'n';
+	args[8] = Int32GetDatum(b->st->host.allocation);
+	args[9] = PointerGetDatum(construct_array(limits, layer->nlimits, INT4OID, 4,
+											  true, TYPALIGN_INT));
+	args[11] = Int64GetDatum(layer->memory);
+	args[12] = Int32GetDatum(layer->gpus);
+	args[13] = Int64GetDatum(layer->gpu_memory);
+	args[14] = TimestampTzGetDatum(now);
+	args[15] = TimestampTzGetDatum(now + (int64) layer->timeout * USECS_PER_SEC);
+	if (!layer->has_timeout)
+		nulls[15] = 'n';
+}
+
+/*
  * 3. Insert the claimed frames' procs in one statement.  The insert trigger
  * adopts the charges taken in step 1 (the precharge hand-off, above) rather
  * than charging again.
@@ -970,36 +1033,12 @@ unclaim_frame(LayerBooking *b, FrameTry *t)
 static void
 insert_procs(LayerBooking *b)
 {
-	static SPIPlanPtr plan = NULL;
-	Datum		args[15];
-	char		nulls[15];
+	Datum		args[PROC_INSERT_NARGS];
+	char		nulls[PROC_INSERT_NARGS];
 	int64	   *inserted;
 	int			ninserted;
 	int			ret;
 
-	if (plan == NULL)
-	{
-		Oid			types[15] = {INT8ARRAYOID, INT8ARRAYOID, INT4OID, INT8OID, INT8OID, INT8OID,
-			INT4OID, INT4OID, INT4OID, INT4ARRAYOID, INT4ARRAYOID, INT8OID, INT4OID, INT8OID,
-		INT4OID};
-
-		/*
-		 * The deadline is the booking's time plus the layer's timeout
-		 * ($15, NULL for none): one clock reading for both.
-		 */
-		plan = frameq_prepare("INSERT INTO frameq.proc"
-							  " (id, frame, host, epoch, job, layer, show, folder,"
-							  "  allocation, limits, cores_cc, memory, gpus, gpu_memory,"
-							  "  booked_at, timeout_at)"
-							  " SELECT t.id, t.frame, $3, $4, $5, $6, $7, $8, $9, $10,"
-							  "        t.cores, $12, $13, $14,"
-							  "        n.now, n.now + make_interval(secs => $15)"
-							  "   FROM (SELECT clock_timestamp() AS now) n,"
-							  "        unnest($1, $2, $11) AS t(id, frame, cores)"
-							  " ON CONFLICT (frame) DO NOTHING"
-							  " RETURNING id",
-							  15, types);
-	}
 	if (b->nclaimed > precharged_cap)
 	{
 		if (precharged)
@@ -1013,7 +1052,7 @@ insert_procs(LayerBooking *b)
 	precharged_lxid = MyProc->lxid;
 
 	proc_insert_args(b, args, nulls);
-	ret = SPI_execute_plan(plan, args, nulls, false, 0);
+	ret = SPI_execute_plan(proc_insert_plan(b->nclaimed), args, nulls, false, 0);
 	if (ret != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "frameq: proc insert failed: %s", SPI_result_code_string(ret));
 	/* keep the ids: unclaim_frame runs SPI again */

@@ -467,32 +467,56 @@ take_host_room(const InsertedProcs *ins)
 	}
 }
 
-/* open every new proc's run record, in one statement */
+/*
+ * Open every new proc's run record, in one statement: one row as VALUES
+ * (reserve(..., 1), a direct insert), several by unnest of a column array
+ * each (the function scan and its tuple stores only when they pay).
+ */
 static void
 open_runs(const InsertedProcs *ins)
 {
-	static SPIPlanPtr plan = NULL;
+	static SPIPlanPtr one_plan = NULL;
+	static SPIPlanPtr many_plan = NULL;
 	static const Oid elem_types[9] = {INT8OID, INT8OID, INT8OID, INT4OID, INT8OID,
 	INT4OID, INT8OID, INT4OID, TIMESTAMPTZOID};
+	SPIPlanPtr	plan;
 	Datum		args[9];
 	int			ret;
 
-	if (plan == NULL)
+	if (ins->nrows == 1 && one_plan == NULL)
+	{
+		Oid			types[9];
+
+		memcpy(types, elem_types, sizeof(types));
+		one_plan = frameq_prepare("INSERT INTO frameq.run"
+								  " (proc, frame, job, host, epoch, cores_cc, memory, gpus,"
+								  "  started_at)"
+								  " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+								  9, types);
+	}
+	if (ins->nrows > 1 && many_plan == NULL)
 	{
 		Oid			types[9] = {INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT4ARRAYOID,
 		INT8ARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID};
 
-		plan = frameq_prepare("INSERT INTO frameq.run"
-							  " (proc, frame, job, host, epoch, cores_cc, memory, gpus, started_at)"
-							  " SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-							  9, types);
+		many_plan = frameq_prepare("INSERT INTO frameq.run"
+								   " (proc, frame, job, host, epoch, cores_cc, memory, gpus,"
+								   "  started_at)"
+								   " SELECT * FROM unnest($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+								   9, types);
 	}
+	plan = ins->nrows == 1 ? one_plan : many_plan;
 	for (int c = 0; c < 9; c++)
 	{
 		int16		typlen;
 		bool		typbyval;
 		char		typalign;
 
+		if (ins->nrows == 1)
+		{
+			args[c] = ins->run_cols[c][0];
+			continue;
+		}
 		get_typlenbyvalalign(elem_types[c], &typlen, &typbyval, &typalign);
 		args[c] = PointerGetDatum(construct_array(ins->run_cols[c], ins->nrows, elem_types[c],
 												  typlen, typbyval, typalign));
