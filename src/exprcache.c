@@ -1,15 +1,18 @@
 /*-------------------------------------------------------------------------
  *
  * exprcache.c
- *	  The CHECK constraints and the row triggers' WHEN conditions of
- *	  frameq's tables, read and planned once per backend instead of once
- *	  per statement.
+ *	  The CHECK constraints, the row triggers' WHEN conditions and the
+ *	  partial indexes' predicates of frameq's tables, read and planned
+ *	  once per backend instead of once per statement.
  *
  * Why: PostgreSQL builds a table's CHECK constraints for every statement
  * that writes a row of it, from their stored text (ExecRelCheck:
  * stringToNode of pg_constraint.conbin, then expression_planner), and a
  * row trigger's WHEN condition likewise for every statement that fires it
- * (TriggerEnabled).  A booking writes four tables (frame, proc, run, host)
+ * (TriggerEnabled), and a partial index's predicate for every statement
+ * that inserts an index entry (ExecInsertIndexTuples: expression_planner
+ * and ExecInitQual of each predicate; the claim's frame update meets nine).
+ * A booking writes four tables (frame, proc, run, host)
  * in four statements, and the claim fires the WHEN conditions of every
  * AFTER/BEFORE UPDATE OF state trigger on frame: reading and planning
  * those texts again was an eighth of reserve()'s CPU (doc/benchmarks.md,
@@ -18,7 +21,8 @@
  *
  * How: an ExecutorStart hook, once the executor has opened a statement's
  * result relations, gives each result relation that is a table of the
- * frameq schema its constraints' and WHEN conditions' expression states,
+ * frameq schema its constraints', WHEN conditions' and opened partial
+ * indexes' predicates' expression states,
  * built (ExecInitExpr, ExecInitQual) from planned trees kept here; the
  * executor then finds them built and skips its own building.  The state
  * of a tree made of plain nodes and PostgreSQL's own functions is built
@@ -28,8 +32,10 @@
  * (shareable, below).  A kept tree is used only for
  * the very text it was made from: each entry keeps the constraint's
  * conbin and the trigger's tgqual and id as the relation cache has them
- * now, and a mismatch rebuilds the entry.  Any invalidation of a cached
- * table's relation cache entry, or of any function (planning may inline
+ * now, and a mismatch rebuilds the entry; a predicate is kept by its
+ * index's OID (no command changes an index's predicate, and dropping the
+ * index invalidates its table).  Any invalidation of a cached
+ * table's or index's relation cache entry, or of any function (planning may inline
  * or fold one), drops the whole cache at the next statement; an
  * invalidation is only noted when it arrives, since it can arrive while
  * an entry is being built.
@@ -62,6 +68,9 @@ typedef struct CachedRel
 {
 	Oid			relid;			/* hash key */
 	bool		ours;			/* a table of the frameq schema */
+	/* the relation cache's structures last matched (see entry_matches) */
+	const TupleConstr *constr_seen;
+	const TriggerDesc *trig_seen;
 	int			ncheck;
 	char	  **ccbin;			/* the texts the trees were made from */
 	Expr	  **checks;			/* planned, in the relation cache's order */
@@ -76,9 +85,19 @@ typedef struct CachedRel
 	ExprState **when_states;
 } CachedRel;
 
+/* one partial index's planned predicate, of an index of a frameq table */
+typedef struct CachedPred
+{
+	Oid			indexoid;		/* hash key */
+	List	   *pred;			/* planned, implicit-AND, as ExecPrepareQual */
+	bool		shared;
+	ExprState  *state;			/* once built, if shared */
+} CachedPred;
+
 static ExecutorStart_hook_type prev_ExecutorStart = NULL;
 static MemoryContext cache_cxt = NULL;
 static HTAB *cache = NULL;
+static HTAB *pred_cache = NULL;
 static bool cache_stale = false;
 
 /*
@@ -98,6 +117,8 @@ note_relcache_inval(Datum arg, Oid relid)
 	if (!OidIsValid(relid))
 		cache_stale = true;
 	else if ((e = hash_search(cache, &relid, HASH_FIND, NULL)) != NULL && e->ours)
+		cache_stale = true;
+	else if (hash_search(pred_cache, &relid, HASH_FIND, NULL) != NULL)
 		cache_stale = true;
 }
 
@@ -144,19 +165,29 @@ the_cache(void)
 	ctl.hcxt = cache_cxt;
 	cache = hash_create("frameq expression cache", 32, &ctl,
 						HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	ctl.entrysize = sizeof(CachedPred);
+	pred_cache = hash_create("frameq index predicate cache", 32, &ctl,
+							 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	cache_stale = false;
 	return cache;
 }
 
-/* does the entry hold the planned trees of exactly the relation's texts? */
+/*
+ * Does the entry hold the planned trees of exactly the relation's texts?
+ * The same relation cache structures as at the last match hold the same
+ * texts: the relation cache replaces them only on an invalidation of the
+ * relation, which drops this cache first (note_relcache_inval).
+ */
 static bool
-entry_matches(const CachedRel *e, const TupleConstr *constr, const TriggerDesc *trig)
+entry_matches(CachedRel *e, const TupleConstr *constr, const TriggerDesc *trig)
 {
 	int			ncheck = constr ? constr->num_check : 0;
 	int			ntrig = trig ? trig->numtriggers : 0;
 
 	if (e->ncheck != ncheck || e->ntrig != ntrig)
 		return false;
+	if (e->constr_seen == constr && e->trig_seen == trig)
+		return true;
 	for (int i = 0; i < ncheck; i++)
 		if (strcmp(e->ccbin[i], constr->check[i].ccbin) != 0)
 			return false;
@@ -168,6 +199,8 @@ entry_matches(const CachedRel *e, const TupleConstr *constr, const TriggerDesc *
 			(t->tgqual != NULL && strcmp(e->tgqual[i], t->tgqual) != 0))
 			return false;
 	}
+	e->constr_seen = constr;
+	e->trig_seen = trig;
 	return true;
 }
 
@@ -295,6 +328,8 @@ build_entry(CachedRel *e, const TupleConstr *constr, const TriggerDesc *trig)
 	e->tgoid = tgoid;
 	e->tgqual = tgqual;
 	e->whens = whens;
+	e->constr_seen = constr;
+	e->trig_seen = trig;
 	e->ncheck = ncheck;
 	e->ntrig = ntrig;
 }
@@ -320,6 +355,8 @@ entry_for(ResultRelInfo *ri)
 		e->ours = rel->rd_rel->relkind == RELKIND_RELATION && nsp != NULL &&
 			strcmp(nsp, "frameq") == 0;
 		e->ncheck = e->ntrig = -1;
+		e->constr_seen = NULL;
+		e->trig_seen = NULL;
 	}
 	if (!e->ours)
 		return NULL;
@@ -352,6 +389,72 @@ kept_state(ExprState **kept, bool shared, Node *tree, bool qual, MemoryContext q
 	if (shared)
 		*kept = state;
 	return state;
+}
+
+/*
+ * Open the indexes of a table an INSERT or UPDATE writes, as PostgreSQL
+ * opens them at the first row (ExecOpenIndices, speculative for an INSERT
+ * ... ON CONFLICT), and give its partial indexes their predicates'
+ * states, as ExecInsertIndexTuples would build them (ExecPrepareQual),
+ * from trees planned once per index.  Only for a table entry_for found
+ * frameq's.
+ */
+static void
+prime_indexes(EState *estate, ResultRelInfo *ri, bool speculative)
+{
+	if (!ri->ri_RelationDesc->rd_rel->relhasindex)
+		return;
+	if (ri->ri_IndexRelationDescs == NULL)
+		ExecOpenIndices(ri, speculative);
+	for (int i = 0; i < ri->ri_NumIndices; i++)
+	{
+		IndexInfo  *ii = ri->ri_IndexRelationInfo[i];
+		Oid			indexoid = RelationGetRelid(ri->ri_IndexRelationDescs[i]);
+		CachedPred *p;
+		bool		found;
+
+		if (ii->ii_Predicate == NIL || ii->ii_PredicateState != NULL)
+			continue;
+		p = hash_search(pred_cache, &indexoid, HASH_ENTER, &found);
+		if (!found)
+		{
+			MemoryContext old = MemoryContextSwitchTo(cache_cxt);
+
+			p->pred = NIL;		/* matches nothing until planned */
+			p->state = NULL;
+			p->shared = false;
+			p->pred = (List *) expression_planner((Expr *) copyObject(ii->ii_Predicate));
+			p->shared = shareable((Node *) p->pred);
+			MemoryContextSwitchTo(old);
+		}
+		/* an invalidation while planning: the tree may be of an old index */
+		if (cache_stale || p->pred == NIL)
+			return;
+		ii->ii_PredicateState = kept_state(&p->state, p->shared, (Node *) p->pred, true,
+										   estate->es_query_cxt);
+	}
+}
+
+/* prime_indexes for each frameq table a ModifyTable node inserts or updates */
+static bool
+prime_modify_tables(PlanState *ps, void *context)
+{
+	if (ps == NULL)
+		return false;
+	if (IsA(ps, ModifyTableState))
+	{
+		ModifyTableState *mt = (ModifyTableState *) ps;
+		ModifyTable *plan = (ModifyTable *) ps->plan;
+
+		if (mt->operation == CMD_INSERT || mt->operation == CMD_UPDATE)
+		{
+			for (int i = 0; i < mt->mt_nrels && !cache_stale; i++)
+				if (entry_for(&mt->resultRelInfo[i]) != NULL)
+					prime_indexes(ps->state, &mt->resultRelInfo[i],
+								  plan->onConflictAction != ONCONFLICT_NONE);
+		}
+	}
+	return planstate_tree_walker(ps, prime_modify_tables, context);
 }
 
 /*
@@ -410,6 +513,9 @@ frameq_ExecutorStart(QueryDesc *queryDesc, int eflags)
 	{
 		foreach(lc, queryDesc->estate->es_opened_result_relations)
 			prime_result_rel(queryDesc->estate, (ResultRelInfo *) lfirst(lc));
+		prime_modify_tables(queryDesc->planstate, NULL);
+		foreach(lc, queryDesc->estate->es_subplanstates)
+			prime_modify_tables((PlanState *) lfirst(lc), NULL);
 	}
 	PG_FINALLY();
 	{
