@@ -227,11 +227,13 @@ not_builtin(Oid func, void *context)
  * May one expression state of this tree serve statement after statement?
  * Only if evaluating it keeps nothing in the statement's memory and can
  * never evaluate it again before it is done: it is made of the plain
- * nodes below only (no domain check, row-type test, subquery or
- * parameter: some of those keep state in the statement's memory, a domain
- * check may call any function), and calls only PostgreSQL's own functions
- * (a user's or an extension's might run a statement that writes the same
- * table).  frameq's own CHECK constraints and WHEN conditions all are.
+ * nodes below only (no domain check, row-type test, subquery, parameter
+ * or whole-row reference: some of those keep state in the statement's
+ * memory, as the row descriptor a whole row's first evaluation makes, and
+ * a domain check may call any function), and calls only PostgreSQL's own
+ * functions (a user's or an extension's might run a statement that writes
+ * the same table).  frameq's own CHECK constraints, WHEN conditions and
+ * index predicates all are.
  */
 static bool
 shareable_walker(Node *node, void *context)
@@ -241,6 +243,10 @@ shareable_walker(Node *node, void *context)
 	switch (nodeTag(node))
 	{
 		case T_Var:
+			/* a whole row: its first evaluation keeps the row's descriptor */
+			if (((Var *) node)->varattno == InvalidAttrNumber)
+				return true;
+			break;
 		case T_Const:
 		case T_FuncExpr:
 		case T_OpExpr:
