@@ -366,8 +366,9 @@ entry_for(ResultRelInfo *ri)
 	}
 	if (!e->ours)
 		return NULL;
-	if (!entry_matches(e, constr, ri->ri_TrigDesc))
-		build_entry(e, constr, ri->ri_TrigDesc);
+	/* the executor's ri_TrigDesc is a copy of it made for each statement */
+	if (!entry_matches(e, constr, rel->trigdesc))
+		build_entry(e, constr, rel->trigdesc);
 	/* an invalidation while building: the entry may be of the old texts */
 	if (cache_stale)
 		return NULL;
