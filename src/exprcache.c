@@ -468,15 +468,15 @@ prime_modify_tables(PlanState *ps, void *context)
  * Give the relation the expression states the executor would build: the
  * kept ones, or ones built in the statement's memory from the cached trees
  * (which stay until the transaction ends even if the cache is dropped
- * meanwhile: retired).
+ * meanwhile: retired).  Returns whether the relation is frameq's.
  */
-static void
+static bool
 prime_result_rel(EState *estate, ResultRelInfo *ri)
 {
 	CachedRel  *e = entry_for(ri);
 
 	if (e == NULL)
-		return;
+		return false;
 	if (ri->ri_ConstraintExprs == NULL && e->ncheck > 0)
 	{
 		ExprState **states = MemoryContextAlloc(estate->es_query_cxt,
@@ -495,6 +495,7 @@ prime_result_rel(EState *estate, ResultRelInfo *ri)
 													 (Node *) e->whens[i], true,
 													 estate->es_query_cxt);
 	}
+	return true;
 }
 
 /*
@@ -518,11 +519,17 @@ frameq_ExecutorStart(QueryDesc *queryDesc, int eflags)
 	busy = true;
 	PG_TRY();
 	{
+		bool		ours = false;
+
 		foreach(lc, queryDesc->estate->es_opened_result_relations)
-			prime_result_rel(queryDesc->estate, (ResultRelInfo *) lfirst(lc));
-		prime_modify_tables(queryDesc->planstate, NULL);
-		foreach(lc, queryDesc->estate->es_subplanstates)
-			prime_modify_tables((PlanState *) lfirst(lc), NULL);
+			ours |= prime_result_rel(queryDesc->estate, (ResultRelInfo *) lfirst(lc));
+		/* another application's statement is not walked */
+		if (ours)
+		{
+			prime_modify_tables(queryDesc->planstate, NULL);
+			foreach(lc, queryDesc->estate->es_subplanstates)
+				prime_modify_tables((PlanState *) lfirst(lc), NULL);
+		}
 	}
 	PG_FINALLY();
 	{
