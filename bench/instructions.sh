@@ -21,7 +21,9 @@
 # FRAMEQ_INSTR_FLOOR=1; with FRAMEQ_INSTR_FRAMES=16, reserve(..., 16)
 # (item 4's call: the hosts have room for it); with FRAMEQ_INSTR_LIFE=1,
 # a booking and its complete() in one statement (item 3's work in one
-# transaction).  The callgrind files of the HIGH run are kept in
+# transaction).  FRAMEQ_INSTR_SETUP, if set, is SQL run on the farm
+# before the statistics are taken: an experiment's change (an index or a
+# constraint dropped, to see what it costs).  The callgrind files of the HIGH run are kept in
 # bench/out/instructions-*/ (callgrind_annotate --inclusive=yes FILE).
 set -euo pipefail
 cd "$(dirname "$(realpath -- "$0")")/.."
@@ -88,6 +90,9 @@ SQL
 for n in $(seq 1 16); do
 	q -c "SELECT count(*) FROM bench.h, frameq.reserve(name, token, epoch, 1) WHERE n = $n" >/dev/null
 done
+if [[ -n ${FRAMEQ_INSTR_SETUP:-} ]]; then
+	q -c "$FRAMEQ_INSTR_SETUP" >/dev/null
+fi
 q -c "VACUUM ANALYZE" >/dev/null
 read -r NAME TOKEN EPOCH < <(q -F ' ' -c "SELECT name, token, epoch FROM bench.h WHERE n = 1")
 cluster_psql -d postgres -c CHECKPOINT

@@ -1260,6 +1260,7 @@ typedef struct QueueRow
 	bool		fresh;			/* the job is active, at the row's priority */
 	bool		blocks;			/* some host may be blocked for the job (limits.c) */
 	JobCandidate caps;			/* the job's id, folder and caps (no name) */
+	bool		joined;			/* fresh, blocks and caps are read (row_job) */
 } QueueRow;
 
 /*
@@ -1372,6 +1373,7 @@ read_row(HeapTuple tup, TupleDesc desc, int first, QueueRow *r)
 	r->caps.folder_cap_gpus = frameq_get_int32(tup, desc, first + 12, NULL);
 	r->blocks = frameq_get_bool(tup, desc, first + 13, NULL);
 	r->memory = frameq_get_int64(tup, desc, first + 14, NULL);
+	r->joined = true;
 }
 
 /* the stream of this key, added if it is new */
@@ -1526,6 +1528,7 @@ row_job(ReserveState *st, QueueRow *q)
 
 	memset(&q->caps, 0, sizeof(q->caps));
 	q->caps.id = q->job;
+	q->joined = true;
 	if (!load_job(st, q->job, &job, &active, &priority))
 	{
 		q->fresh = false;
@@ -1582,11 +1585,10 @@ stream_heads(ReserveState *st, int32 show, const StreamKey *k, Stream *s)
 		q->min_cc = DatumGetInt32(v[DQ_MIN_CC]);
 		q->gpus = DatumGetInt32(v[DQ_GPUS]);
 		q->memory = DatumGetInt64(v[DQ_MEMORY]);
+		q->joined = false;		/* its job is read when the walk reaches it */
 		s->n++;
 	}
 	frameq_read_end(&r);
-	for (int i = 0; i < s->n; i++)
-		row_job(st, &s->rows[i]);
 	return s->n > 0;
 }
 
@@ -1597,8 +1599,9 @@ stream_heads(ReserveState *st, int32 show, const StreamKey *k, Stream *s)
  * statement's snapshot, as the one read-only statement that did this
  * before saw them: a probe of dispatch_class_stream, one range of
  * dispatch_queue_order per stream (its rows arrive in policy order, those
- * that need more than the host's free room are passed), and a probe of
- * the job (and folder) per row read.
+ * that need more than the host's free room are passed).  The job (and
+ * folder) of a row is probed when the walk reaches the row (row_job), so
+ * the rows after a booking that fills the host cost no probe.
  */
 static void
 open_streams(ReserveState *st, const ShowCandidate *show, Streams *out)
@@ -2057,6 +2060,8 @@ book_show(ReserveState *st, const ShowCandidate *show, int *jobs_left, Tidy *tid
 		prev = r;
 		if (r.job == skip_job)
 			continue;
+		if (!r.joined)
+			row_job(st, &r);
 		if (!r.fresh)
 		{
 			tidy_add_tid(&tidying->stale, &r.tid);
