@@ -23,8 +23,9 @@
 # a booking and its complete() in one statement (item 3's work in one
 # transaction).  FRAMEQ_INSTR_SETUP, if set, is SQL run on the farm
 # before the statistics are taken: an experiment's change (an index or a
-# constraint dropped, to see what it costs).  The callgrind files of the HIGH run are kept in
-# bench/out/instructions-*/ (callgrind_annotate --inclusive=yes FILE).
+# constraint dropped, to see what it costs).  The callgrind files of the
+# HIGH run are kept in bench/out/instructions-*/ (callgrind_annotate
+# --inclusive=yes FILE).
 set -euo pipefail
 cd "$(dirname "$(realpath -- "$0")")/.."
 REPO=$(pwd)
