@@ -967,23 +967,47 @@ class Harness:
             signal_pid(a.p.pid, signal.SIGHUP)
         self.off(fid)
 
-    def fault_false_confirm_dead(self, fid, h, d, x):
-        """Pause h's agent and tell frameq the host is dead while its renders
-        still run: their frames are booked again elsewhere at once."""
-        a = self.agents[h]
-        if not self.monitor.renders_of(h):
-            time.sleep(1)
-        self.on(fid, "false_confirm_dead", h, renders=len(self.monitor.renders_of(h)))
-        if a.alive():
-            signal_pid(a.p.pid, signal.SIGSTOP)
-        begin = time.time()
-        self.sql("SELECT frameq.confirm_host_dead(%s)", (h,), fetch=False)
-        time.sleep(2.5)
-        self.sql("SELECT frameq.set_host_state(%s, 'up')", (h,), fetch=False)
-        self.operator.append((h, begin, time.time()))
-        if a.alive():
-            signal_pid(a.p.pid, signal.SIGCONT)
-        self.off(fid)
+    def host_with_render(self, h, wait):
+        """h if it runs a render; else another host that runs one and has no
+        fault on it (marked busy: the caller frees it), waiting up to wait
+        seconds for either; h if none turns up.  A host can be idle for
+        long: what it may book can be held by hung renders elsewhere."""
+        deadline = time.monotonic() + wait
+        while True:
+            if self.monitor.renders_of(h):
+                return h
+            with self.busy_lock:
+                for other in self.host_names:
+                    if other not in self.busy_hosts and self.monitor.renders_of(other):
+                        self.busy_hosts.add(other)
+                        return other
+            if time.monotonic() >= deadline:
+                return h
+            time.sleep(0.1)
+
+    def fault_false_confirm_dead(self, fid, target, d, x):
+        """Pause a host's agent and tell frameq the host is dead while its
+        renders still run: their frames are booked again elsewhere at once.
+        The lie shows only on a host with a render to run twice: the target,
+        or another host if the target has none."""
+        h = self.host_with_render(target, 20)
+        try:
+            a = self.agents[h]
+            self.on(fid, "false_confirm_dead", h, renders=len(self.monitor.renders_of(h)))
+            if a.alive():
+                signal_pid(a.p.pid, signal.SIGSTOP)
+            begin = time.time()
+            self.sql("SELECT frameq.confirm_host_dead(%s)", (h,), fetch=False)
+            time.sleep(2.5)
+            self.sql("SELECT frameq.set_host_state(%s, 'up')", (h,), fetch=False)
+            self.operator.append((h, begin, time.time()))
+            if a.alive():
+                signal_pid(a.p.pid, signal.SIGCONT)
+            self.off(fid)
+        finally:
+            if h != target:
+                with self.busy_lock:
+                    self.busy_hosts.discard(h)
 
     def fault_hidden_farm_down(self, fid, h, d, x):
         """Set every host down (their renders are ordered killed), then up
