@@ -55,7 +55,8 @@ DATA_built = \
 	sql/$(EXTENSION)--0.2.0--0.3.0.sql \
 	sql/$(EXTENSION)--0.3.0--0.4.0.sql \
 	sql/$(EXTENSION)--0.4.0--0.5.0.sql \
-	sql/$(EXTENSION)--0.5.0--0.6.0.sql
+	sql/$(EXTENSION)--0.5.0--0.6.0.sql \
+	sql/$(EXTENSION)--0.6.0--0.7.0.sql
 
 sql/$(EXTENSION)--$(EXTVERSION).sql: $(SQL_SRC)
 	cat $^ > $@
@@ -68,6 +69,8 @@ sql/$(EXTENSION)--0.3.0--0.4.0.sql: $(sort $(wildcard sql/0.4.0/*.sql))
 sql/$(EXTENSION)--0.4.0--0.5.0.sql: $(sort $(wildcard sql/0.5.0/*.sql))
 	cat $^ > $@
 sql/$(EXTENSION)--0.5.0--0.6.0.sql: $(sort $(wildcard sql/0.6.0/*.sql))
+	cat $^ > $@
+sql/$(EXTENSION)--0.6.0--0.7.0.sql: $(sort $(wildcard sql/0.7.0/*.sql))
 	cat $^ > $@
 
 # `make installcheck`: pg_regress tests (test/regress/sql/*.sql) and

@@ -65,8 +65,11 @@ extern int	frameq_retention;		/* seconds; 0: never prune */
 extern void frameq_guc_init(void);
 
 /* frameq.c */
-#define FRAMEQ_LIBRARY_VERSION	"0.6.0"
-/* a relation that the newest upgrade step creates (frameq_schema_current) */
+#define FRAMEQ_LIBRARY_VERSION	"0.7.0"
+/*
+ * a relation that the newest upgrade step the library needs creates
+ * (frameq_schema_current): 0.6.0's; 0.7.0 changes nothing the library calls
+ */
 #define FRAMEQ_SCHEMA_MARKER	"frame_raised"
 extern bool frameq_loaded_at_startup;
 extern void frameq_require_preload(void);

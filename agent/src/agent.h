@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define AGENT_VERSION "0.6.0"
+#define AGENT_VERSION "0.7.0"
 
 /*
  * The versions of the frameq extension this agent speaks.  What it calls
@@ -29,7 +29,7 @@
  * agent stops with EXIT_VERSION (main.c, extension_spoken).
  */
 #define FRAMEQ_OLDEST "0.2.0"
-#define FRAMEQ_NEWEST "0.6.0"
+#define FRAMEQ_NEWEST "0.7.0"
 #define EXIT_VERSION 3
 
 #define NS_PER_SEC 1000000000LL

@@ -75,3 +75,5 @@ SELECT pg_catalog.pg_extension_config_dump('frameq.job_limit_check', '');
 /* 0.6.0: the audit trail */
 SELECT pg_catalog.pg_extension_config_dump('frameq.action', '');
 SELECT pg_catalog.pg_extension_config_dump('frameq.action_id_seq', '');
+/* 0.7.0: the metrics' totals, which outlive the rows they count (tally) */
+SELECT pg_catalog.pg_extension_config_dump('frameq.tally', '');

@@ -8,7 +8,8 @@
 # limit (four procs on h1, one of them with a kill order, one on the silent
 # host h4), a job at its job cap (two procs on h2), a job with only waiting
 # frames, a host put down by an operator, a show granted to a role and to a
-# role dropped since.
+# role dropped since, and the metrics' totals (tally), counted just before
+# the dump.
 # Its roles are dumped with pg_dumpall --globals-only and the database with
 # pg_dump -Fc, in a snapshot that the test reads too, so the rows compared
 # are exactly the rows dumped.
@@ -157,6 +158,10 @@ setup = sq("SELECT (SELECT state FROM frameq.job WHERE id = %s), (SELECT count(*
 if setup != ("finished", 3, "killing", "down", 5 + 2 + 3):
     bail("setup: finished job, its runs, the kill order, h3, waiting frames = %s" % (setup,))
 check_clean(sq, "check() on the source")
+# the worker's counts for the metrics (tally), which it writes every 10 s:
+# now, so that the dump holds them whenever a round falls (0.6.0 did not
+# dump them, which the test saw only when a round fell in its setup)
+sq("SELECT frameq._count_history(), frameq._count_live()")
 secret = sq1("SELECT frameq._run_secret(%s)", a1[1][0])
 
 # ------------------------------------------------------------ the dump
@@ -185,9 +190,10 @@ grants = xq1("SELECT count(*) FROM frameq.show_grant")
 run("pg_dump", "-Fc", "--snapshot", snapshot_id, "-h", os.environ["SRC_HOST"], "-p", os.environ["SRC_PORT"],
     "-f", os.environ["DR_DUMP"], os.environ["SRC_DB"])
 snap.rollback()
-if grants != 2 or len(before["show_grant"]) != 1 or len(before["proc"]) != 7 or len(before["run"]) != 10:
-    bail("setup: %d grants (%d of live roles), %d procs, %d runs"
-         % (grants, len(before["show_grant"]), len(before["proc"]), len(before["run"])))
+if (grants != 2 or len(before["show_grant"]) != 1 or len(before["proc"]) != 7 or len(before["run"]) != 10
+        or not before["tally"]):
+    bail("setup: %d grants (%d of live roles), %d procs, %d runs, %d tally rows"
+         % (grants, len(before["show_grant"]), len(before["proc"]), len(before["run"]), len(before["tally"])))
 ok("dumped: %s" % ", ".join("%s %d" % (t, len(before[t])) for t in TABLES))
 
 # ------------------------------------------------------------ the restore
