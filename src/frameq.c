@@ -81,8 +81,9 @@ frameq_require_preload(void)
  * (a SQL advisory lock), so booking and lease expiry with the new
  * library's lock would not exclude each other; a 0.2.0 schema lacks the
  * SQL half of parking (reserve() would fail on a missing function).  The
- * newest upgrade step creates FRAMEQ_SCHEMA_MARKER; two catalog cache
- * lookups tell whether it ran.
+ * newest upgrade step that changes what the library calls creates
+ * FRAMEQ_SCHEMA_MARKER (a later step that changes nothing it calls keeps
+ * the marker); two catalog cache lookups tell whether it ran.
  */
 bool
 frameq_schema_current(void)

@@ -262,6 +262,7 @@ stop_agent b
 [[ $AGENT_RC == 0 ]] || fail "agent b exited $AGENT_RC on SIGTERM"
 
 # ---- 5. a database at 0.5.0: one complete() per end
+installed=$(q "SELECT extversion FROM pg_extension WHERE extname = 'frameq'")
 q "UPDATE pg_extension SET extversion = '0.5.0' WHERE extname = 'frameq'" >/dev/null
 restart_agent a
 wait_for 20 "a attached at 0.5.0" eval '[[ $(since_start a | grep -c " attached ") == 1 ]]' || finish
@@ -272,7 +273,7 @@ jg=$(submit_job old 1-4 "$(waits go.g)") || die "submit failed"
 wait_for 20 "the four renders run" eval '[[ $(frames_in_state '"$jg"' running) == 4 ]]' || finish
 touch "$T/go.g"
 wait_for 20 "the job finishes" job_finished "$jg" || finish
-q "UPDATE pg_extension SET extversion = '0.6.0' WHERE extname = 'frameq'" >/dev/null
+q "UPDATE pg_extension SET extversion = '$installed' WHERE extname = 'frameq'" >/dev/null
 [[ $(( $(sent complete | wc -l) - calls )) == 4 && $(sent complete_many | wc -l) == "$many" ]] &&
 	ok "at 0.5.0: four complete() calls, no complete_many" ||
 	fail "at 0.5.0: $(( $(sent complete | wc -l) - calls )) complete(), $(( $(sent complete_many | wc -l) - many )) complete_many()"

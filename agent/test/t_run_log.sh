@@ -89,6 +89,7 @@ logs_set "$job" 2 && ok "the logs stay once the runs have ended" || fail "the lo
 
 # ---- a database at 0.5.0: no report_log call, no log
 calls=$(sent report_log | wc -l)
+installed=$(q "SELECT extversion FROM pg_extension WHERE extname = 'frameq'")
 q "UPDATE pg_extension SET extversion = '0.5.0' WHERE extname = 'frameq'" >/dev/null
 epoch=$(host_epoch a)
 q "SELECT frameq.confirm_host_dead('$(host_name a)')" >/dev/null
@@ -98,7 +99,7 @@ job2=$(submit_job run-log-old 1 "$render") || die "submit failed"
 wait_for 20 "the render runs" eval '[[ $(frames_in_state '"$job2"' running) == 1 ]]' || finish
 touch "$T/go.$job2"
 wait_for 20 "the job finishes" job_finished "$job2" || finish
-q "UPDATE pg_extension SET extversion = '0.6.0' WHERE extname = 'frameq'" >/dev/null
+q "UPDATE pg_extension SET extversion = '$installed' WHERE extname = 'frameq'" >/dev/null
 [[ $(q "SELECT count(log) FROM frameq.runs WHERE job = $job2") == 0 ]] && ok "at 0.5.0 the run has no log" ||
 	fail "at 0.5.0 the run has a log"
 [[ $(sent report_log | wc -l) == "$calls" ]] && ok "at 0.5.0 the agent made no report_log call" ||

@@ -771,9 +771,14 @@ class Harness:
     # ---- faults -----------------------------------------------------------
 
     def pick_fault(self, queue):
-        """The next fault kind and target, or None if nothing is free."""
+        """The next fault kind and target, or None if nothing is free.  A
+        target is marked busy here, under the same lock as the free hosts
+        were read (a false_confirm_dead fault can take a free host too)."""
         with self.busy_lock:
-            free_hosts = [h for h in self.host_names if h not in self.busy_hosts]
+            return self.pick_fault_locked(queue)
+
+    def pick_fault_locked(self, queue):
+        free_hosts = [h for h in self.host_names if h not in self.busy_hosts]
         db_free = not self.db_busy.locked()
         candidates = queue if queue else None
         kind = None
@@ -791,6 +796,8 @@ class Harness:
             if (kind not in UNTARGETED and not free_hosts) or (kind in UNTARGETED and not db_free):
                 return None
         target = self.rng.choice(free_hosts) if kind not in UNTARGETED else None
+        if target is not None:
+            self.busy_hosts.add(target)
         return kind, target
 
     def nemesis(self):
@@ -809,9 +816,6 @@ class Harness:
             kind, target = pick
             if kind in UNTARGETED:
                 self.db_busy.acquire()
-            else:
-                with self.busy_lock:
-                    self.busy_hosts.add(target)
             duration = self.duration(kind)
             self.fault_id += 1
             t = threading.Thread(target=self.run_fault, args=(self.fault_id, kind, target, duration,
@@ -991,23 +995,29 @@ class Harness:
         The lie shows only on a host with a render to run twice: the target,
         or another host if the target has none."""
         h = self.host_with_render(target, 20)
+        a = self.agents[h]
+        begin = None
         try:
-            a = self.agents[h]
             self.on(fid, "false_confirm_dead", h, renders=len(self.monitor.renders_of(h)))
             if a.alive():
                 signal_pid(a.p.pid, signal.SIGSTOP)
             begin = time.time()
             self.sql("SELECT frameq.confirm_host_dead(%s)", (h,), fetch=False)
             time.sleep(2.5)
-            self.sql("SELECT frameq.set_host_state(%s, 'up')", (h,), fetch=False)
-            self.operator.append((h, begin, time.time()))
-            if a.alive():
-                signal_pid(a.p.pid, signal.SIGCONT)
-            self.off(fid)
         finally:
-            if h != target:
-                with self.busy_lock:
-                    self.busy_hosts.discard(h)
+            # whatever failed: the host up again and its agent going on
+            # before the host is free for other faults
+            try:
+                if begin is not None:
+                    self.sql("SELECT frameq.set_host_state(%s, 'up')", (h,), fetch=False)
+                    self.operator.append((h, begin, time.time()))
+            finally:
+                if a.alive():
+                    signal_pid(a.p.pid, signal.SIGCONT)
+                if h != target:
+                    with self.busy_lock:
+                        self.busy_hosts.discard(h)
+        self.off(fid)
 
     def fault_hidden_farm_down(self, fid, h, d, x):
         """Set every host down (their renders are ordered killed), then up
