@@ -260,9 +260,12 @@ C5_liveness
                        before the call (and until its next run started, or
                        forever if none did), and every cap group of its
                        job had fewer DB runs than its cap overlapping
-                       [at, at + CLAIM_SLACK (1.0) s].  A frame
-                       whose next run started within CLAIM_SLACK after the
-                       call is excused: a concurrent call had claimed it.
+                       [at, end + CLAIM_SLACK (1.0) s], end the call's end
+                       (at if not recorded).  A frame whose next run
+                       started within CLAIM_SLACK after the call ended is
+                       excused: a concurrent call had claimed it (calls
+                       that wait, a bounded lock wait of a second, say,
+                       see the others book meanwhile).
                        The harness farm's frames fit every host. A frame
                        waits from its submit event (or, if later, from when
                        its last prerequisite was met, see C8; never if one
@@ -696,6 +699,8 @@ def load_final(path):
             raise InputError(f"{path}: 'reserves' should be a list")
         for i, row in enumerate(reserves):
             need(row, {"host": STR, "at": NUM, "booked": INT}, f"{path}: reserves[{i}]")
+            if "end" in row and not _is(row["end"], NUM):
+                raise InputError(f"{path}: reserves[{i}]: 'end' should be {NUM}")
             for key in ("up", "room"):
                 if key in row and not _is(row[key], BOOL):
                     raise InputError(f"{path}: reserves[{i}]: {key!r} should be bool")
@@ -1344,7 +1349,9 @@ class Checker:
             if call["booked"] > 0 or not call.get("up", True) or not call.get("room", True):
                 continue
             empty += 1
-            at, until = call["at"], call["at"] + CLAIM_SLACK
+            # a call can last (a bounded lock wait: a second), and what
+            # other calls book meanwhile can take its frame or fill a cap
+            at, until = call["at"], max(call["at"], call.get("end", call["at"])) + CLAIM_SLACK
             load = collections.Counter(g for begin, end, groups in runs
                                        if begin < until and end > at for g in groups)
             full = {g for g, n in load.items() if g in caps and n >= caps[g]}

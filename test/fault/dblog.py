@@ -189,6 +189,6 @@ def reserve_calls(logs, runs, *, ttl, host_cc, host_memory, operator=(), until=N
                 and sum(mem for _, mem in live) + need_memory <= host_memory
                 and not any(o.pid != s.pid and o.start <= s.end + EPS and o.end >= s.start - EPS
                             for o in sessions[(s.server, s.host)]))
-        calls.append({"host": s.host, "at": round(s.start, 6), "booked": s.rows, "up": up,
-                      "room": room, "server": s.server, "pid": s.pid})
+        calls.append({"host": s.host, "at": round(s.start, 6), "end": round(s.end, 6),
+                      "booked": s.rows, "up": up, "room": room, "server": s.server, "pid": s.pid})
     return calls

@@ -409,6 +409,26 @@ def reserve_frame_booked_before_its_submit_was_logged():
 
 
 @case
+def reserve_long_call_excused():
+    # a call from 1039.6 that lasted until 1040.0 (it waited): run 116
+    # claims frame 6 at 1040.8, within a second of the call's end though
+    # not of its start, so a concurrent call took it
+    f = clean()
+    reserve(f, "h2", 1039.6, end=wall(1040.0))
+    return f, [], {"reserves_empty": 1, "reserves_passed_over": 0}
+
+
+@case
+def reserve_long_call_passed_over():
+    # the same call without its end, and one from 1014 to 1020: frame 6
+    # waits until 1040.8, more than a second after either ended
+    f = clean()
+    reserve(f, "h2", 1039.6)
+    reserve(f, "h3", 1014, end=wall(1020))
+    return f, [C5("passed_over", 6), C5("passed_over", 6)], {"reserves_empty": 2, "reserves_passed_over": 2}
+
+
+@case
 def reserve_waits_from_the_run_end():
     # without a commit time, from the end of the run
     f = retried_frame()
