@@ -972,38 +972,63 @@ class Harness:
         self.off(fid)
 
     def host_with_render(self, h, wait):
-        """h if it runs a render; else another host that runs one and has no
-        fault on it (marked busy: the caller frees it), waiting up to wait
-        seconds for either; h if none turns up.  A host can be idle for
-        long: what it may book can be held by hung renders elsewhere."""
+        """A host that runs a render, waiting up to wait seconds for one; h
+        if none turns up.  Of h (if it runs one) and the hosts with no fault
+        on them that run one, the host whose render's job comes first in
+        reserve()'s order (priority, then job id): the frame the lie sends
+        back to waiting is then the first a free host books, while its
+        render still runs.  A host other than h is marked busy (the caller
+        frees it).  A host can be idle for long: what it may book can be
+        held by hung renders elsewhere."""
         deadline = time.monotonic() + wait
         while True:
-            if self.monitor.renders_of(h):
-                return h
             with self.busy_lock:
-                for other in self.host_names:
-                    if other not in self.busy_hosts and self.monitor.renders_of(other):
-                        self.busy_hosts.add(other)
-                        return other
+                hosts = [o for o in self.host_names
+                         if (o == h or o not in self.busy_hosts) and self.monitor.renders_of(o)]
+            if hosts:
+                rows = self.sql("""SELECT x.name FROM frameq.proc p
+                                     JOIN frameq.host x ON x.id = p.host
+                                     JOIN frameq.job j ON j.id = p.job
+                                    WHERE p.state = 'running' AND x.name = ANY (%s)
+                                    ORDER BY j.priority DESC, j.id, x.name = %s DESC LIMIT 1""",
+                                (hosts, h))
+                best = rows[0][0] if rows else hosts[0]
+                with self.busy_lock:
+                    if best == h:
+                        return h
+                    if best not in self.busy_hosts:
+                        self.busy_hosts.add(best)
+                        return best
             if time.monotonic() >= deadline:
                 return h
             time.sleep(0.1)
 
     def fault_false_confirm_dead(self, fid, target, d, x):
         """Pause a host's agent and tell frameq the host is dead while its
-        renders still run: their frames are booked again elsewhere at once.
-        The lie shows only on a host with a render to run twice: the target,
-        or another host if the target has none."""
+        renders still run: their frames are booked again elsewhere.  The
+        lie shows only on a host with a render to run twice (host_with_render
+        picks it), and only if a released frame is booked elsewhere before
+        the render ends (its supervisor ends it when the lease it was given
+        runs out): the lie holds until then, at least 2.5 s, at most 8 s."""
         h = self.host_with_render(target, 20)
         a = self.agents[h]
         begin = None
         try:
-            self.on(fid, "false_confirm_dead", h, renders=len(self.monitor.renders_of(h)))
+            frames = [f for (f,) in self.sql(
+                "SELECT p.frame FROM frameq.proc p JOIN frameq.host x ON x.id = p.host"
+                " WHERE x.name = %s AND p.state = 'running'", (h,))]
+            self.on(fid, "false_confirm_dead", h, renders=len(self.monitor.renders_of(h)), frames=frames)
             if a.alive():
                 signal_pid(a.p.pid, signal.SIGSTOP)
             begin = time.time()
             self.sql("SELECT frameq.confirm_host_dead(%s)", (h,), fetch=False)
             time.sleep(2.5)
+            hold = time.monotonic() + 5.5
+            while (time.monotonic() < hold and self.monitor.renders_of(h) and
+                   not self.sql("SELECT count(*) FROM frameq.run r JOIN frameq.host x ON x.id = r.host"
+                                " WHERE r.frame = ANY (%s) AND x.name <> %s"
+                                "   AND r.started_at >= to_timestamp(%s)", (frames, h, begin))[0][0]):
+                time.sleep(0.1)
         finally:
             # whatever failed: the host up again and its agent going on
             # before the host is free for other faults
